@@ -1,0 +1,24 @@
+"""jupyter-hvd: Horovod data-parallel training from a notebook, on a persistent MPI engine pool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext jupyter_hvd`: register %hvd_start, %%hvd and friends."""
+    import atexit
+
+    from .kernel.magics import HvdMagics, stop_at_exit
+
+    ipython.register_magics(HvdMagics)
+    atexit.register(stop_at_exit)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """`%unload_ext jupyter_hvd`: stop the pool (the magics stay registered, as IPython keeps them)."""
+    from .kernel.magics import stop_at_exit
+
+    stop_at_exit()

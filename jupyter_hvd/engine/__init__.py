@@ -1,0 +1,1 @@
+"""Imported on the MPI engines only: Horovod bootstrap and the cell runner (no IPython.display here)."""

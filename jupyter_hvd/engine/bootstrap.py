@@ -1,0 +1,60 @@
+"""Runs once on every engine of a new pool, before any user code: MPI, Horovod, device pinning.
+
+Imported on the engines only (no IPython.display, no widgets).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+
+def start(env: dict[str, str], device: str) -> dict[str, Any]:
+    """Initialise MPI and Horovod on this engine, pin it to its device, fill the user namespace.
+
+    `env` is applied before torch and Horovod read it (Horovod tuning knobs, the user's `--env`).
+    `device` is "auto" (GPU `local_rank` when CUDA is present, else CPU) or "cpu".
+    Returns this rank's row of the pool table.
+    """
+    os.environ.update(env)
+    # mpi4py initialises MPI (thread level MULTIPLE) before Horovod, so Horovod leaves MPI's lifetime to it.
+    import horovod.torch as hvd
+    import torch
+    from mpi4py import MPI  # noqa: F401
+
+    if not hvd.is_initialized():
+        hvd.init()
+    local_rank, local_size = hvd.local_rank(), hvd.local_size()
+
+    if device == "auto" and torch.cuda.is_available():
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        dev = torch.device("cuda", torch.cuda.current_device())
+        dev_name = f"cuda:{dev.index} {torch.cuda.get_device_name(dev)}"
+        tensor_ops = "NCCL" if hvd.nccl_built() else "MPI"
+    else:
+        # N ranks on one host share its cores: one rank's intra-op threads must not starve the others.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads = max(1, cores // local_size)
+        torch.set_num_threads(threads)
+        dev = torch.device("cpu")
+        dev_name = f"cpu ({threads} thread{'s' if threads > 1 else ''})"
+        tensor_ops = "Gloo" if os.environ.get("HOROVOD_CPU_OPERATIONS", "").lower() == "gloo" else "MPI"
+
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    shell.user_ns.update(hvd=hvd, torch=torch, rank=hvd.rank(), size=hvd.size(), local_rank=local_rank, device=dev)
+    return {
+        "rank": hvd.rank(),
+        "size": hvd.size(),
+        "local_rank": local_rank,
+        "cross_rank": hvd.cross_rank(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "device": dev_name,
+        "controller": "MPI" if hvd.mpi_enabled() else "Gloo",
+        "tensor_ops": tensor_ops,
+        "torch": torch.__version__,
+        "cuda": bool(dev.type == "cuda"),
+    }

@@ -1,0 +1,171 @@
+"""Runs one `%%hvd` cell on this engine and reports how it ended.
+
+Imported on the engines only. The kernel ships already-transformed Python source (IPython syntax is
+resolved kernel-side, where the syntax check happens too), so an engine only compiles and executes.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import linecache
+import pickle
+import sys
+import time
+import traceback
+from collections import deque
+from typing import Any
+
+TAIL_LINES = 20  # kept per rank for error context and the pool status, even when output is not shown
+
+
+class CellStream(io.TextIOBase):
+    """Stands in for sys.stdout/sys.stderr during a cell: forwards up to a budget, then counts and keeps a tail.
+
+    The budget is enforced here, on the engine, so an output flood never crosses the network.
+    """
+
+    def __init__(self, target: Any, show: bool, max_lines: int) -> None:
+        self._target = target
+        self._show = show
+        self._max_lines = max_lines
+        self._max_chars = max_lines * 400  # also bounds \r-only progress bars, which end no line
+        self.lines = 0
+        self.chars = 0
+        self.dropped = 0
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._partial = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        n = s.count("\n")
+        if self._show and self.lines < self._max_lines and self.chars < self._max_chars:
+            self._target.write(s)
+        else:
+            self.dropped += n
+        self.lines += n
+        self.chars += len(s)
+        if n:
+            parts = (self._partial + s).split("\n")
+            self._partial = parts[-1][-400:]
+            self.tail.extend(p[-400:] for p in parts[-TAIL_LINES - 1 : -1])
+        else:
+            self._partial = (self._partial + s)[-400:]
+        return len(s)
+
+    def flush(self) -> None:
+        if self._show:
+            self._target.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def finish(self) -> None:
+        """Say what was dropped, with the last lines, so the end of a flood is still visible."""
+        if self._show and self.dropped:
+            tail = list(self.tail)[-10:]
+            self._target.write(
+                f"\n[jupyter-hvd] {self.dropped} more lines were not shown (limit: {self._max_lines} lines "
+                f"per cell; change it with %%hvd --log-lines N). Last lines:\n" + "\n".join(tail) + "\n"
+            )
+            self._target.flush()
+
+
+def _split_last_expression(src: str, filename: str) -> tuple[Any, Any]:
+    """Compile a cell like IPython does: the value of a trailing expression is the cell's result."""
+    tree = ast.parse(src, filename=filename)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, filename, "exec")
+    return body, (compile(last, filename, "eval") if last is not None else None)
+
+
+def _picklable(value: Any) -> Any:
+    try:
+        pickle.dumps(value)
+        return value
+    except Exception:
+        return _Repr(repr(value))
+
+
+class _Repr(str):
+    """A rank-0 result that could not be pickled, shown by its repr."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def run_cell(src: str, filename: str, show_output: bool, max_lines: int) -> dict[str, Any]:
+    """Execute `src` in the engine's user namespace and return a small record of how it ended.
+
+    Exceptions are caught and returned (not raised) so the kernel learns of a failure on one rank at once,
+    while other ranks may still be running or waiting in a collective.
+    """
+    from IPython import get_ipython
+
+    ns = get_ipython().user_ns
+    rank = ns.get("rank", -1)
+    # Tracebacks show the cell's lines, as they do for a local cell.
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    out = CellStream(sys.stdout, show_output, max_lines)
+    err = CellStream(sys.stderr, show_output, max_lines)
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    t0 = time.perf_counter()
+    record: dict[str, Any] = {"rank": rank, "ok": True, "value": None, "error": None}
+    try:
+        body, last = _split_last_expression(src, filename)
+        exec(body, ns)
+        if last is not None:
+            value = eval(last, ns)
+            if value is not None and rank == 0:
+                record["value"] = _picklable(value)
+    except BaseException as exc:
+        record["ok"] = False
+        record["error"] = describe_exception(exc)
+    finally:
+        out.finish()
+        err.finish()
+        sys.stdout, sys.stderr = saved
+    record["seconds"] = time.perf_counter() - t0
+    record["tail"] = list(out.tail)[-5:]
+    record["lines"] = out.lines
+    return record
+
+
+def describe_exception(exc: BaseException) -> dict[str, str]:
+    """Name, message and traceback of `exc`, without this module's own frames."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    lines = traceback.format_exception(type(exc), exc, tb)
+    return {"ename": type(exc).__name__, "evalue": str(exc), "traceback": "".join(lines)}
+
+
+def leave_collectives() -> dict[str, Any]:
+    """Join Horovod's collectives so peers still waiting in one are released, then wait for every rank.
+
+    Called by the kernel on each rank after a failed or interrupted cell: a joined rank contributes
+    nothing to pending allreduces, so ranks blocked in one return to Python, where their pending
+    KeyboardInterrupt ends their cell. `hvd.join()` returns when all ranks have joined.
+
+    Horovod names unnamed ops by a per-process handle counter ("allreduce.noname.<n>"); ranks that ran
+    different numbers of ops before the failure would never agree on a name again, so every rank resets
+    the counter once all have joined (nothing is in flight then).
+    """
+    import horovod.torch as hvd
+    from horovod.torch import mpi_ops
+
+    t0 = time.perf_counter()
+    try:
+        last = hvd.join()
+        mpi_ops.mpi_lib.horovod_torch_reset()
+        mpi_ops._handle_map.clear()
+    except BaseException as exc:
+        return {"ok": False, "error": describe_exception(exc), "seconds": time.perf_counter() - t0}
+    return {"ok": True, "last_joined": int(last), "seconds": time.perf_counter() - t0}

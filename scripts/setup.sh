@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Sets up .venv with everything jupyter-hvd needs: torch, Open MPI + mpi4py from PyPI, Horovod 0.28.1
+# (built once, then taken from a wheel cache keyed by torch version and build flags), and this package.
+# Idempotent: a second run installs nothing new and compiles nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3.11}
+VENV=$ROOT/.venv
+CACHE=${JUPYTER_HVD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jupyter-hvd}
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+command -v "$PY" >/dev/null || PY=python3
+[ -x "$VENV/bin/python" ] || { log "creating $VENV"; "$PY" -m venv "$VENV"; }
+export PATH="$VENV/bin:$PATH"   # the venv's mpicc/mpirun first, so Horovod, mpi4py and ipyparallel share one libmpi
+pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
+
+has_gpu() { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }
+
+# torch: keep a CUDA build that is already there; otherwise the CPU build (never pull a CUDA build into CI).
+if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
+  if has_gpu; then log "GPU found: installing torch (CUDA build)"; pip install torch
+  else log "no GPU: installing torch 2.13.0 (CPU build)"; pip install torch==2.13.0; fi
+fi
+TORCH_VERSION=$("$VENV/bin/python" -c 'import torch; print(torch.__version__)')
+TORCH_CUDA=$("$VENV/bin/python" -c 'import torch; print(torch.version.cuda or "")')
+
+log "installing build and runtime dependencies"
+pip install -r requirements.txt
+
+# --- Horovod 0.28.1 -------------------------------------------------------------------------------------------
+FLAGS="HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1"
+[ -n "$TORCH_CUDA" ] && FLAGS="$FLAGS HOROVOD_GPU_OPERATIONS=NCCL"
+KEY=$(printf '%s|%s|%s' "$TORCH_VERSION" "$FLAGS" "$("$VENV/bin/python" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-12)
+WHEELDIR=$CACHE/horovod-0.28.1-$KEY
+if "$VENV/bin/python" -c 'import horovod.torch' 2>/dev/null; then
+  log "Horovod already installed"
+else
+  if ! ls "$WHEELDIR"/horovod-*.whl >/dev/null 2>&1; then
+    log "building Horovod 0.28.1 for torch $TORCH_VERSION (one time, about 6 minutes on 2 cores)"
+    mkdir -p "$CACHE/build-$KEY"
+    # horovod 0.28.1 forces C++14 and strips -std= from CXXFLAGS; torch >= 2.1 needs C++17: a wrapper rewrites it.
+    WRAP=$CACHE/build-$KEY/cxx17
+    printf '#!/bin/sh\nfor a; do shift; case "$a" in -std=c++11|-std=c++14) a=-std=c++17;; esac; set -- "$@" "$a"; done\nexec g++ "$@"\n' >"$WRAP"
+    chmod +x "$WRAP"
+    if [ -n "$TORCH_CUDA" ]; then
+      NCCL=$("$VENV/bin/python" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+      [ -n "$NCCL" ] && export HOROVOD_NCCL_INCLUDE=$NCCL/include HOROVOD_NCCL_LIB=$NCCL/lib HOROVOD_NCCL_LINK=SHARED
+    fi
+    # CMake 4 refuses the vendored gloo's cmake_minimum_required(2.8.12) without this policy floor.
+    env $FLAGS CXX="$WRAP" CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$(nproc)" \
+      "$VENV/bin/python" -m pip wheel --no-build-isolation --no-deps --no-cache-dir -w "$CACHE/build-$KEY/out" horovod==0.28.1
+    mkdir -p "$WHEELDIR" && mv "$CACHE/build-$KEY"/out/horovod-*.whl "$WHEELDIR/" && rm -rf "$CACHE/build-$KEY"
+  else
+    log "Horovod wheel found in cache ($WHEELDIR)"
+  fi
+  pip install --no-deps "$WHEELDIR"/horovod-*.whl
+  pip install cloudpickle psutil pyyaml   # horovod's own runtime requirements (installed --no-deps above)
+fi
+
+log "installing jupyter-hvd (editable)"
+pip install --no-build-isolation --no-deps -e .
+"$VENV/bin/python" -m jupyter_hvd.doctor
