@@ -5,8 +5,14 @@ Each pool writes one JSON file, atomically and readable by its owner only, under
 
     id, state (starting|idle|running|restarting|failed|stopping), np, options, started (epoch s),
     backend, hosts, cell (first line of the running cell or null), kernel_pid, kernel_id, notebook,
-    ranks: [{rank, engine_id, host, pid, device, controller, tensor_ops, local_rank, cross_rank, state}],
+    ranks: [{rank, engine_id, host, pid, device, controller, tensor_ops, local_rank, cross_rank,
+             state (idle|busy|stalled|dead), step, loss, last_line, cpu_percent, rss_mb,
+             gpu_mem_mb, gpu_mem_total_mb, gpu_util, heartbeat (epoch s of the last sample)}],
     processes: [{pid, create_time, role}], updated (epoch s), version
+
+Actions from outside the kernel (the sidebar) go the other way: `request_action` writes
+`pool-<id>.action.json`, which the kernel's pool watcher takes (removing the file) and carries out.
+Actions: interrupt, restart, stop. The server never runs code in a kernel; it can only ask for these.
 """
 
 from __future__ import annotations
@@ -59,12 +65,37 @@ def list_pools() -> list[dict[str, Any]]:
     """Every pool file in the state directory, each with `stale` set when its kernel is gone."""
     pools = []
     for p in sorted(state_dir().glob("pool-*.json")):
+        if p.name.endswith(".action.json"):
+            continue
         data = read_pool(p)
         if data is None:
             continue
         data["stale"] = not psutil.pid_exists(int(data.get("kernel_pid") or 0))
         pools.append(data)
     return pools
+
+
+ACTIONS = ("interrupt", "restart", "stop")
+
+
+def action_file(pool_id: str) -> Path:
+    """Where the server leaves an action for pool `pool_id`."""
+    return state_dir() / f"pool-{pool_id}.action.json"
+
+
+def request_action(pool_id: str, action: str) -> None:
+    """Ask the kernel that owns pool `pool_id` to interrupt, restart or stop it."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
+    write_pool(action_file(pool_id), {"action": action, "requested": time.time()})
+
+
+def take_action(pool_id: str) -> str | None:
+    """The pending action for pool `pool_id`, removed so it is carried out once; None if there is none."""
+    path = action_file(pool_id)
+    data = read_pool(path)
+    remove(path)
+    return data.get("action") if data else None
 
 
 def remove(path: Path) -> None:
