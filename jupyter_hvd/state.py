@@ -4,7 +4,8 @@ Each pool writes one JSON file, atomically and readable by its owner only, under
 `<jupyter runtime dir>/jupyter-hvd/pool-<id>.json`. Fields:
 
     id, state (starting|idle|running|restarting|failed|stopping), np, options, started (epoch s),
-    backend, hosts, cell (first line of the running cell or null), kernel_pid, kernel_id, notebook,
+    backend, hosts, cell (first line of the running cell or null), kernel_pid, kernel_started, kernel_id,
+    notebook,
     ranks: [{rank, engine_id, host, pid, device, controller, tensor_ops, local_rank, cross_rank,
              state (idle|busy|stalled|dead), step, loss, last_line, cpu_percent, rss_mb,
              gpu_mem_mb, gpu_mem_total_mb, gpu_util, heartbeat (epoch s of the last sample)}],
@@ -70,9 +71,23 @@ def list_pools() -> list[dict[str, Any]]:
         data = read_pool(p)
         if data is None:
             continue
-        data["stale"] = not psutil.pid_exists(int(data.get("kernel_pid") or 0))
+        data["stale"] = not kernel_alive(data)
         pools.append(data)
     return pools
+
+
+def kernel_alive(data: dict[str, Any]) -> bool:
+    """Whether the kernel that owns a pool still runs (its pid alive, with the recorded start time if known)."""
+    try:
+        pid = int(data.get("kernel_pid") or 0)
+        if pid <= 0:
+            return False
+        p = psutil.Process(pid)
+        started = data.get("kernel_started")
+        alive = p.status() != psutil.STATUS_ZOMBIE
+        return alive and (started is None or abs(p.create_time() - float(started)) < 0.01)
+    except (psutil.Error, ValueError):
+        return False
 
 
 ACTIONS = ("interrupt", "restart", "stop")
@@ -118,6 +133,7 @@ def kernel_identity() -> dict[str, Any]:
         pass
     return {
         "kernel_pid": os.getpid(),
+        "kernel_started": psutil.Process().create_time(),  # a reused pid is not mistaken for the kernel
         "kernel_id": kernel_id,
         "notebook": os.environ.get("JPY_SESSION_NAME", ""),
     }
