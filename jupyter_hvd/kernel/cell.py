@@ -105,6 +105,8 @@ class CellRun:
         self.failed_at: float | None = None
         self.reason: str | None = None  # error | interrupt
         self.hard_deadline: float | None = None
+        self.last_lines: dict[int, str] = {}
+        self.lost: str | None = None  # what happened to the pool, when it had to be restarted or was stopped
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
@@ -150,19 +152,35 @@ class CellRun:
 
     def run(self) -> Any:
         """Run the cell on every rank and wait for all of them, whatever happens."""
-        self.pool.set_state("running", self.source.strip().splitlines()[0][:120] if self.source.strip() else "")
-        self.t0 = time.monotonic()
-        try:
-            self._submit()
-            self._loop()
-        finally:
-            self.router.close()
-            if self.options.live is not None:
-                self.options.live.close(self.reason is None and getattr(self, "lost", None) is None)
-            if self.pool.client is not None and self.pool.ranks:
-                self.pool.set_state("idle")
-            self.pool.cells_run += 1
+        with self.pool.lock:
+            first_line = next((ln for ln in self.source.splitlines() if ln.strip()), "")
+            self.pool.set_state("running", first_line[:120])
+            try:
+                self._submit()
+                self._loop()
+            finally:
+                self.router.close()
+                if self.options.live is not None:
+                    self.options.live.close(self.reason is None and self.lost is None)
+                self.pool.cells_run += 1
+                if self.pool.client is not None and self.pool.ranks:
+                    self.pool.update_rank_stats({r: {"last_line": ln} for r, ln in self.last_lines.items()})
+                    self.pool.set_state("idle")
+            self._carry_out_pending_action()
         return self._finish()
+
+    def _carry_out_pending_action(self) -> None:
+        """A restart or stop asked for from the sidebar while this cell ran."""
+        action, self.pool.pending_action = self.pool.pending_action, None
+        if action == "restart":
+            self._restart("the pool was restarted from the sidebar")
+        elif action == "stop":
+            from . import pool as pools
+
+            self.pool.stop()
+            if pools.current() is self.pool:
+                pools.set_current(None)
+            self.lost = "The pool was stopped from the sidebar; start a new one with %hvd_start -np N."
 
     def _loop(self) -> None:
         interrupts = 0
@@ -200,6 +218,7 @@ class CellRun:
         kind, rank = ev[0], ev[1]
         run = self.runs.get(rank)
         if kind == "stream":
+            self._note_last_line(rank, ev[3])
             if self.options.live is not None:
                 self.options.live.output(rank, ev[2], ev[3])
             else:
@@ -215,6 +234,11 @@ class CellRun:
         elif kind == "joined" and run is not None:
             run.joined = True
 
+    def _note_last_line(self, rank: int, text: str) -> None:
+        lines = [ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
+        if lines:
+            self.last_lines[rank] = lines[-1][-200:]
+
     def _finished(self, run: _RankRun) -> None:
         try:
             record = run.ar.get(timeout=0)
@@ -228,6 +252,8 @@ class CellRun:
             self._check_liveness()
             raise _PoolLost(f"rank {run.rank}'s engine stopped answering ({exc})") from None
         run.record = record
+        if record.get("tail") and run.rank not in self.last_lines:
+            self.last_lines[run.rank] = record["tail"][-1][-200:]
         if record["ok"]:
             run.state = "ok"
             return
@@ -309,16 +335,18 @@ class CellRun:
         return time.monotonic() > self._output_deadline
 
     def _restart(self, what: str) -> None:
-        self.lost = what
         t0 = time.monotonic()
         print(f"jupyter-hvd: {what}. Restarting the pool with the same options...", file=sys.stderr, flush=True)
         self.pool.restart()
-        self.restart_seconds = time.monotonic() - t0
+        self.lost = (
+            f"{what[0].upper()}{what[1:]}. The pool was restarted in {time.monotonic() - t0:.1f} s: worker state "
+            "(models, variables) was lost; run the cells that define it again."
+        )
 
     # ---- result --------------------------------------------------------------------------------------------
 
     def _finish(self) -> Any:
-        lost = getattr(self, "lost", None)
+        lost = self.lost
         errors = [
             {"rank": r.rank, **r.record["error"]}
             for r in self.runs.values()
@@ -342,10 +370,7 @@ class CellRun:
                 f"{'was' if len(stopped) == 1 else 'were'} stopped."
             )
         if lost is not None:
-            parts.append(
-                f"{lost}. The pool was restarted in {self.restart_seconds:.1f} s: worker state (models, "
-                "variables) was lost; run the cells that define it again."
-            )
+            parts.append(lost)
             hint = ""
         else:
             hint = "The pool is ready for the next %%hvd cell."

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import pickle
 import time
 from typing import Any
 
+from ipyparallel.serialize import serialize_object
 from IPython.core.error import UsageError
 from IPython.core.inputtransformer2 import TransformerManager
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -109,11 +109,8 @@ class HvdMagics(Magics):
         if args.log_lines < 1:
             raise UsageError("--log-lines must be at least 1")
         source = _transform.transform_cell(cell)
-        try:
-            compile(source, "<hvd cell>", "exec")  # a syntax error is reported here, before anything is shipped
-        except SyntaxError:
-            self.shell.showsyntaxerror()
-            return None
+        # A syntax error is raised here, before anything is shipped; IPython shows it without our frames.
+        compile(source, "<hvd cell>", "exec")
         return run_cell(pool, source, CellOptions(show_ranks=show, log_lines=args.log_lines))
 
     @line_magic
@@ -129,7 +126,7 @@ class HvdMagics(Magics):
         values = {n: self.shell.user_ns[n] for n in names}
         for name, value in values.items():
             try:
-                pickle.dumps(value)
+                serialize_object(value)  # ipyparallel's own serializer: functions and lambdas can travel
             except Exception as exc:
                 raise UsageError(
                     f"{name} cannot be sent to the ranks: it cannot be pickled ({type(exc).__name__}: {exc}). "

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from .. import state
 from ..engine import bootstrap
 from .errors import PoolError, group_errors
 from .ranks import format_ranks
+from .watcher import PoolWatcher
 
 log = logging.getLogger("jupyter_hvd")
 
@@ -139,6 +141,12 @@ class Pool:
         self.busy_cell: str | None = None
         self._reaper: subprocess.Popen[bytes] | None = None
         self._engine_set: str | None = None
+        self.lock = threading.RLock()  # held while a cell runs or the pool restarts/stops
+        self.pending_action: str | None = None  # a sidebar restart/stop that waits for the running cell to end
+        self.rank_stats: dict[int, dict[str, Any]] = {}
+        self._state_lock = threading.Lock()
+        self._pool_state = "starting"
+        self.watcher: PoolWatcher | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
 
@@ -163,6 +171,8 @@ class Pool:
         except BaseException:
             pool.stop()
             raise
+        pool.watcher = PoolWatcher(pool)
+        pool.watcher.start()
         return pool
 
     def _launch_env(self) -> dict[str, str]:
@@ -307,12 +317,15 @@ class Pool:
         while set(self.client.ids) & old_ids and time.monotonic() < deadline:
             time.sleep(0.05)
         self.ranks = []
+        self.rank_stats = {}
         self.view = None
         gpus = 0 if self.options.cpu else visible_gpus()
         self._start_engines(gpus)
 
     def stop(self) -> None:
         """Stop engines and controller; leave no process behind."""
+        if self.watcher is not None:
+            self.watcher.stop()
         self._write_state("stopping")
         if self.client is not None:
             try:
@@ -451,24 +464,34 @@ class Pool:
 
     # ---- state shared with the Jupyter server -------------------------------------------------------------
 
-    def _write_state(self, pool_state: str, **extra: Any) -> None:
-        state.write_pool(
-            self.state_file,
-            {
-                "id": self.id,
-                "state": pool_state,
-                "np": self.options.np,
-                "options": asdict(self.options),
-                "started": self.started_at,
-                "backend": self.ranks[0].tensor_ops if self.ranks else "",
-                "hosts": sorted({r.host for r in self.ranks}),
-                "ranks": [asdict(r) for r in self.ranks],
-                "processes": self.processes(),
-                "cell": self.busy_cell,
-                **state.kernel_identity(),
-                **extra,
-            },
-        )
+    def _write_state(self, pool_state: str | None = None) -> None:
+        with self._state_lock:
+            if pool_state is not None:
+                self._pool_state = pool_state
+            ranks = [{**asdict(r), **self.rank_stats.get(r.rank, {})} for r in self.ranks]
+            state.write_pool(
+                self.state_file,
+                {
+                    "id": self.id,
+                    "state": self._pool_state,
+                    "np": self.options.np,
+                    "options": asdict(self.options),
+                    "started": self.started_at,
+                    "backend": self.ranks[0].tensor_ops if self.ranks else "",
+                    "hosts": sorted({r.host for r in self.ranks}),
+                    "ranks": ranks,
+                    "processes": self.processes(),
+                    "cell": self.busy_cell,
+                    **state.kernel_identity(),
+                },
+            )
+
+    def update_rank_stats(self, stats: dict[int, dict[str, Any]]) -> None:
+        """Merge per-rank measurements (CPU, memory, step, loss, last line...) and publish them."""
+        for rank, values in stats.items():
+            self.rank_stats.setdefault(rank, {}).update(values)
+        if self.client is not None:
+            self._write_state()
 
     def set_state(self, pool_state: str, cell: str | None = None) -> None:
         """Record what the pool is doing (idle, running a cell, ...) for the sidebar."""

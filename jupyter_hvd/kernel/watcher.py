@@ -1,0 +1,130 @@
+"""A kernel-side thread that keeps the pool's state file fresh and carries out the sidebar's actions.
+
+Every second it samples each local rank's process (CPU %, RSS; GPU memory where nvidia-smi answers) into the
+state file, and takes an action file left by the Jupyter server (interrupt, restart, stop). Interrupt is a
+signal, safe from any thread. Restart and stop need the main thread's ipyparallel client to be idle: when a
+cell is running, the watcher interrupts it and leaves the action for the cell runner to finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from .. import state
+
+if TYPE_CHECKING:
+    from .pool import Pool
+
+log = logging.getLogger("jupyter_hvd")
+PERIOD_S = 1.0
+
+
+def gpu_memory_by_pid() -> dict[int, dict[str, float]]:
+    """GPU memory used per process and the card's total/utilisation, from nvidia-smi (empty without GPUs)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return {}
+    try:
+        apps = subprocess.run(
+            [smi, "--query-compute-apps=pid,used_memory,gpu_uuid", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout
+        gpus = subprocess.run(
+            [smi, "--query-gpu=uuid,memory.total,utilization.gpu", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    cards = {}
+    for line in gpus.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3:
+            cards[parts[0]] = (float(parts[1]), float(parts[2]))
+    out = {}
+    for line in apps.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit():
+            total, util = cards.get(parts[2], (0.0, 0.0))
+            out[int(parts[0])] = {"gpu_mem_mb": float(parts[1]), "gpu_mem_total_mb": total, "gpu_util": util}
+    return out
+
+
+class PoolWatcher(threading.Thread):
+    """Samples rank stats and takes sidebar actions for one pool, until `stop()`."""
+
+    def __init__(self, pool: Pool) -> None:
+        super().__init__(name=f"jupyter-hvd watcher {pool.id}", daemon=True)
+        self.pool = pool
+        self._stopped = threading.Event()
+        self._procs: dict[int, psutil.Process] = {}
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        while not self._stopped.wait(PERIOD_S):
+            try:
+                self.tick()
+            except Exception as exc:  # the watcher must never take the kernel down
+                log.debug("watcher: %s", exc)
+
+    def tick(self) -> None:
+        """One round: take a pending action, then refresh the per-rank stats in the state file."""
+        action = state.take_action(self.pool.id)
+        if action:
+            self.carry_out(action)
+            if self._stopped.is_set():
+                return
+        self.pool.update_rank_stats(self.sample())
+
+    def carry_out(self, action: str) -> None:
+        pool = self.pool
+        if action == "interrupt" or pool.busy_cell is not None:
+            # A running cell ends through its own wind-down; restart/stop then run on the main thread.
+            pool.interrupt([r.rank for r in pool.ranks])
+            if action != "interrupt":
+                pool.pending_action = action
+            return
+        with pool.lock:
+            if action == "restart":
+                pool.restart()
+            elif action == "stop":
+                from . import pool as pools
+
+                self.stop()
+                pool.stop()
+                if pools.current() is pool:
+                    pools.set_current(None)
+
+    def sample(self) -> dict[int, dict[str, Any]]:
+        """CPU %, RSS and GPU memory of every local rank's process, keyed by rank."""
+        gpus = gpu_memory_by_pid() if any(r.device.startswith("cuda") for r in self.pool.ranks) else {}
+        stats: dict[int, dict[str, Any]] = {}
+        now = time.time()
+        for r in self.pool.ranks:
+            proc = self._procs.get(r.pid)
+            try:
+                if proc is None:
+                    proc = self._procs[r.pid] = psutil.Process(r.pid)
+                    proc.cpu_percent(None)  # the first call only starts the measurement
+                with proc.oneshot():
+                    stats[r.rank] = {
+                        "cpu_percent": proc.cpu_percent(None),
+                        "rss_mb": proc.memory_info().rss / 2**20,
+                        "heartbeat": now,
+                        **gpus.get(r.pid, {}),
+                    }
+            except psutil.Error:
+                stats[r.rank] = {"state": "dead"}
+        return stats

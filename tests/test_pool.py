@@ -1,0 +1,203 @@
+"""The engine pool and %%hvd on 2 real MPI ranks: SPMD cells, output, errors, variables, arguments."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from IPython.core.error import UsageError
+
+from jupyter_hvd.kernel.errors import CellFailed
+
+
+def pull(pool, name: str, rank: int):
+    return pool.client[pool.ranks[rank].engine_id].pull(name, block=True)
+
+
+def test_pool_has_ranks_with_horovod(pool, capsys):
+    assert [r.rank for r in pool.ranks] == [0, 1]
+    assert {r.controller for r in pool.ranks} == {"MPI"}
+    assert all(r.device.startswith("cpu") for r in pool.ranks)
+    assert pull(pool, "size", 1) == 2
+    assert pull(pool, "rank", 1) == 1
+
+
+def test_cell_runs_on_every_rank_and_state_persists(ip, pool):
+    ip.run_cell_magic("hvd", "", "counter = torch.tensor([rank + 1.0])")
+    ip.run_cell_magic("hvd", "", "total = hvd.allreduce(counter, op=hvd.Sum).item()")
+    assert pull(pool, "total", 0) == pull(pool, "total", 1) == 3.0
+
+
+def test_gradients_are_averaged_like_one_big_batch(ip, pool):
+    ip.run_cell_magic(
+        "hvd",
+        "",
+        """
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters())
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+g = torch.Generator().manual_seed(100 + rank)
+x = torch.randn(8, 4, generator=g); y = torch.randn(8, 1, generator=g)
+opt.zero_grad()
+torch.nn.functional.mse_loss(model(x), y).backward()
+opt.step()
+params = [p.detach().clone() for p in model.parameters()]
+""",
+    )
+    p0, p1 = pull(pool, "params", 0), pull(pool, "params", 1)
+    for a, b in zip(p0, p1, strict=True):
+        assert torch.equal(a, b)
+    # The same step in one process on the concatenated batch.
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    xs, ys = [], []
+    for r in (0, 1):
+        g = torch.Generator().manual_seed(100 + r)
+        xs.append(torch.randn(8, 4, generator=g))
+        ys.append(torch.randn(8, 1, generator=g))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.nn.functional.mse_loss(model(torch.cat(xs)), torch.cat(ys)).backward()
+    opt.step()
+    for a, b in zip(p0, model.parameters(), strict=True):
+        torch.testing.assert_close(a, b.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_rank0_output_only_by_default(ip, pool, capfd):
+    ip.run_cell_magic("hvd", "", "print(f'hello from {rank}')")
+    out = capfd.readouterr().out
+    assert "hello from 0" in out
+    assert "hello from 1" not in out
+
+
+def test_ranks_all_prefixes_each_line(ip, pool, capfd):
+    ip.run_cell_magic("hvd", "--ranks all", "print(f'line a {rank}')\nprint(f'line b {rank}')")
+    out = capfd.readouterr().out
+    for r in (0, 1):
+        assert f"[rank {r}] line a {r}" in out
+        assert f"[rank {r}] line b {r}" in out
+
+
+def test_ranks_subset(ip, pool, capfd):
+    ip.run_cell_magic("hvd", "--ranks 1", "print(f'only {rank}')")
+    out = capfd.readouterr().out
+    assert "[rank 1] only 1" in out and "only 0" not in out
+
+
+def test_same_error_on_all_ranks_is_shown_once(ip, pool):
+    with pytest.raises(CellFailed) as info:
+        ip.run_cell_magic("hvd", "", "raise ValueError('boom')")
+    text = str(info.value)
+    assert "ranks 0-1: ValueError: boom" in text
+    assert text.count("Traceback (most recent call last)") == 1
+    assert "<hvd-cell-" in text and "raise ValueError('boom')" in text
+
+
+def test_different_errors_are_grouped_by_rank(ip, pool):
+    with pytest.raises(CellFailed) as info:
+        ip.run_cell_magic("hvd", "", "raise RuntimeError(f'rank {rank} failed')")
+    text = str(info.value)
+    assert "rank 0: RuntimeError: rank 0 failed" in text
+    assert "rank 1: RuntimeError: rank 1 failed" in text
+
+
+def test_error_renders_without_jupyter_hvd_frames(ip, pool):
+    with pytest.raises(CellFailed) as info:
+        ip.run_cell_magic("hvd", "", "1/0")
+    rendered = "\n".join(info.value._render_traceback_())
+    assert "ZeroDivisionError" in rendered
+    assert "jupyter_hvd" not in rendered.replace("jupyter-hvd:", "")
+
+
+def test_syntax_error_is_not_shipped(ip, pool):
+    ip.run_cell_magic("hvd", "", "shipped = 0")
+    before = pool.cells_run
+    with pytest.raises(SyntaxError):
+        ip.run_cell_magic("hvd", "", "shipped = 1\nx = = 1")
+    assert pool.cells_run == before
+    assert pull(pool, "shipped", 0) == 0
+
+
+def test_last_expression_of_rank0_is_the_result(ip, pool):
+    assert ip.run_cell_magic("hvd", "", "rank * 10 + 7") is None  # displayed, like a normal cell
+    ip.run_cell_magic("hvd", "", "value = rank * 10 + 7")
+    assert pull(pool, "value", 1) == 17
+
+
+def test_ipython_syntax_in_cells(ip, pool):
+    ip.run_cell_magic("hvd", "", "%time z = rank + 1")
+    assert pull(pool, "z", 1) == 2
+
+
+def test_push_and_pull(ip, pool):
+    ip.user_ns["lr"] = 0.25
+    ip.user_ns["cfg"] = {"layers": [4, 8]}
+    ip.run_line_magic("hvd_push", "lr cfg")
+    ip.run_cell_magic("hvd", "", "scaled = lr * size; depth = len(cfg['layers']) + rank")
+    ip.run_line_magic("hvd_pull", "scaled")
+    assert ip.user_ns["scaled"] == 0.5
+    ip.run_line_magic("hvd_pull", "depth --rank 1")
+    assert ip.user_ns["depth"] == 3
+
+
+def test_push_and_pull_bad_input(ip, pool):
+    import threading
+
+    ip.user_ns["lock"] = threading.Lock()
+    with pytest.raises(UsageError, match="cannot be sent to the ranks"):
+        ip.run_line_magic("hvd_push", "lock")
+    with pytest.raises(UsageError, match="Not defined in this notebook: nope"):
+        ip.run_line_magic("hvd_push", "nope")
+    with pytest.raises(UsageError, match="not defined on rank 0"):
+        ip.run_line_magic("hvd_pull", "never_defined")
+    with pytest.raises(UsageError, match="the pool has ranks 0-1"):
+        ip.run_line_magic("hvd_pull", "rank --rank 5")
+    ip.run_cell_magic("hvd", "", "ok = hvd.allreduce(torch.ones(1), op=hvd.Sum).item()")
+    assert pull(pool, "ok", 0) == 2.0  # the pool is unharmed
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("-np 0", "-np must be at least 1"),
+        ("-np abc", "invalid int value: 'abc'"),
+        ("--ops foo", "--ops must be one of"),
+        ("--env NOVALUE", "--env expects KEY=VALUE"),
+    ],
+)
+def test_bad_start_arguments(ip, pool, line, message):
+    from jupyter_hvd.kernel import pool as pools
+
+    saved = pools.current()
+    pools.set_current(None)  # as if no pool were running, so the arguments themselves are checked
+    try:
+        with pytest.raises(UsageError, match=message):
+            ip.run_line_magic("hvd_start", line)
+    finally:
+        pools.set_current(saved)
+
+
+def test_second_start_is_refused(ip, pool):
+    with pytest.raises(UsageError, match="already running"):
+        ip.run_line_magic("hvd_start", "-np 2")
+
+
+def test_bad_cell_arguments(ip, pool):
+    with pytest.raises(UsageError, match="the pool has ranks 0-1"):
+        ip.run_cell_magic("hvd", "--ranks 7", "pass")
+    with pytest.raises(UsageError, match="write 'all'"):
+        ip.run_cell_magic("hvd", "--ranks x", "pass")
+
+
+def test_status_table(ip, pool, capsys):
+    ip.run_line_magic("hvd_status", "")
+    out = capsys.readouterr().out
+    assert "2 ranks" in out
+    for r in pool.ranks:
+        assert str(r.pid) in out
+
+
+def test_help_text(ip):
+    from jupyter_hvd.kernel.magics import HvdMagics
+
+    assert "-np" in HvdMagics.hvd_start.__doc__
+    assert "--ranks" in HvdMagics.hvd.__doc__
