@@ -16,7 +16,8 @@ from pathlib import Path
 
 import psutil
 
-LAUNCH_AGENT_ENV = "JUPYTER_HVD_LAUNCH_AGENT"  # a command that replaces ssh for mpiexec (Open MPI's plm_rsh_agent)
+# A command that replaces ssh for mpiexec (Open MPI 5 passes it as `--prtemca plm_ssh_agent`).
+LAUNCH_AGENT_ENV = "JUPYTER_HVD_LAUNCH_AGENT"
 # Variables every remote engine needs besides the pool's own environment; mpiexec forwards only what `-x` names.
 FORWARDED = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "IPP_CLUSTER_ID", "IPP_PROFILE_DIR")
 FORWARDED_PREFIXES = ("HOROVOD_", "NCCL_", "JUPYTER_HVD_", "IPP_")
@@ -119,10 +120,9 @@ def controller_ip(hosts: list[Host], override: str = "") -> str:
     """The address the controller listens on: `override` (--ip), loopback for local hosts, else the source
     address of this host's route to the first remote host (no packet is sent to find it)."""
     if override:
-        if override not in local_addresses() and override not in ("0.0.0.0", "*"):
-            raise ValueError(
-                f"--ip {override} is not an address of this host (its addresses: {', '.join(sorted(local_addresses()))})"
-            )
+        mine = local_addresses()
+        if override not in mine and override not in ("0.0.0.0", "*"):
+            raise ValueError(f"--ip {override} is not an address of this host (it has: {', '.join(sorted(mine))})")
         return override
     remote = [h.name for h in hosts if not is_local(h.name)]
     if not remote:
@@ -187,7 +187,7 @@ def mpiexec_args(
         args += ["--mca", "btl_tcp_if_include", network, "--prtemca", "oob_tcp_if_include", network]
     agent = launch_agent() if agent is None else agent
     if agent:
-        args += ["--prtemca", "plm_rsh_agent", agent]
+        args += ["--prtemca", "plm_ssh_agent", agent]
     return args
 
 
@@ -199,3 +199,53 @@ def describe(hosts: list[Host]) -> str:
 def quote(args: list[str]) -> str:
     """A command line as a user would type it (for error messages and the docs)."""
     return shlex.join(args)
+
+
+def pool_hosts(hosts: str = "", hostfile: str = "") -> list[Host]:
+    """The hosts of a pool from `-H` or `--hostfile`; [] for a pool on this host only."""
+    if hosts and hostfile:
+        raise ValueError("Give either -H host:slots,... or --hostfile FILE, not both")
+    if hosts:
+        return parse_hosts(hosts)
+    if hostfile:
+        return parse_hostfile(hostfile)
+    return []
+
+
+def check_slots(hosts: list[Host], np: int, oversubscribe: bool) -> None:
+    """Raise ValueError when -np asks for more ranks than the hosts offer."""
+    slots = total_slots(hosts)
+    if slots is not None and np > slots and not oversubscribe:
+        raise ValueError(
+            f"-np {np} asks for more ranks than the {slots} slots of {describe(hosts)}: "
+            f"use -np {slots}, give more slots per host, or add --oversubscribe"
+        )
+
+
+def is_this_host(name: str) -> bool:
+    """Whether an engine that reported hostname `name` runs on the kernel's host (its pid means something here)."""
+    return name == socket.gethostname()
+
+
+# The controller pings engines every second and drops one after 5 missed pings: a host that vanishes is noticed
+# in about 6 s instead of ipyparallel's default 30 s.
+MULTI_HOST_CONTROLLER_ARGS = ["--ping=1000", "--HeartMonitor.max_heartmonitor_misses=5"]
+
+
+def connection_env(profile_dir: str, cluster_id: str) -> dict[str, str]:
+    """The engines' connection file as $IPP_CONNECTION_INFO: remote hosts need no shared home directory."""
+    path = Path(profile_dir) / "security" / f"ipcontroller-{cluster_id}-engine.json"
+    try:
+        return {"IPP_CONNECTION_INFO": path.read_text()}
+    except OSError:
+        return {}
+
+
+def outward_ip() -> str:
+    """This host's address on its default route (for engines whose hosts are not known yet, e.g. a SLURM job)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1; a UDP connect only consults the routing table
+            return str(s.getsockname()[0])
+        except OSError:
+            raise ValueError("This host has no default route, so no address for the controller can be chosen") from None
