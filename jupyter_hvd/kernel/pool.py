@@ -23,6 +23,7 @@ import psutil
 
 from .. import state
 from ..engine import bootstrap
+from . import hosts, slurm
 from .errors import PoolError, group_errors
 from .ranks import format_ranks
 from .watcher import PoolWatcher
@@ -46,6 +47,21 @@ class PoolOptions:
     cpu: bool = False
     fail_timeout: float = 10.0
     stall_check_s: int = 10
+    hosts: str = ""  # -H server1:4,server2:4
+    hostfile: str = ""  # --hostfile FILE (Open MPI syntax)
+    ip: str = ""  # --ip: the controller's address; chosen from the route to the hosts when empty
+    slurm_nodes: int = 0  # --slurm -N: submit the engines as a SLURM job of this many nodes
+    gpus_per_node: int = 0
+    partition: str = ""
+    time_limit: str = ""
+
+    def host_list(self) -> list[hosts.Host]:
+        """The hosts of -H or --hostfile; [] for a pool on this host (or a SLURM job)."""
+        return hosts.pool_hosts(self.hosts, self.hostfile)
+
+    def multi_host(self) -> bool:
+        """Whether engines may run on other hosts (then the controller must listen beyond loopback)."""
+        return bool(self.hosts or self.hostfile or self.slurm_nodes)
 
     def validate(self) -> None:
         """Raise ValueError with a message a user can act on."""
@@ -59,6 +75,8 @@ class PoolOptions:
             raise ValueError("--ops nccl needs GPUs; drop --cpu or use --ops mpi")
         if self.fail_timeout <= 0:
             raise ValueError("--fail-timeout must be a positive number of seconds")
+        hosts.check_slots(self.host_list(), self.np, self.oversubscribe)
+        slurm.check_options(self)
 
     def horovod_env(self) -> dict[str, str]:
         """Environment the engines read before `hvd.init()`: Horovod's knobs, then the user's --env."""
@@ -155,7 +173,7 @@ class Pool:
         """Start controller and engines, initialise Horovod on every engine, return the ready pool."""
         options.validate()
         gpus = 0 if options.cpu else visible_gpus()
-        if gpus and options.np > gpus and not options.oversubscribe:
+        if gpus and options.np > gpus and not options.oversubscribe and not options.multi_host():
             raise PoolError(
                 f"-np {options.np} asks for more ranks than the {gpus} GPUs on this host.",
                 f"Use %hvd_start -np {gpus}, or add --oversubscribe to share GPUs between ranks, "
@@ -190,8 +208,10 @@ class Pool:
         self.cluster = ipp.Cluster(
             n=self.options.np,
             cluster_id=self.id,
-            engine_launcher_class="mpi",
-            controller_ip="127.0.0.1",  # loopback only: nothing outside this host can reach the pool
+            engine_launcher_class=slurm.ENGINE_LAUNCHER if self.options.slurm_nodes else "mpi",
+            # Loopback only unless hosts are given; then only the one interface the hosts reach us on.
+            controller_ip=self.controller_ip(),
+            controller_args=hosts.MULTI_HOST_CONTROLLER_ARGS if self.options.multi_host() else [],
             delay=0,
             log_level=logging.WARNING,
             engine_timeout=int(self.options.timeout),
@@ -200,25 +220,40 @@ class Pool:
         self.cluster.start_controller_sync()
         self._write_state("starting")
 
+    def controller_ip(self) -> str:
+        """Where the controller listens: 127.0.0.1 for one host, else an address the other hosts can reach."""
+        opts = self.options
+        try:
+            if opts.slurm_nodes:
+                return opts.ip or hosts.outward_ip()
+            return hosts.controller_ip(opts.host_list(), opts.ip)
+        except ValueError as exc:
+            raise PoolError(str(exc), "Give the address with --ip, e.g. %hvd_start ... --ip 10.0.0.5") from None
+
     def _start_engines(self, gpus: int) -> None:
         opts = self.options
         mpi_args = ["--bind-to", "none"]
         cores = os.cpu_count() or 1
         # CPU ranks may outnumber cores (a laptop): allowed, with fewer threads each; GPUs only when asked.
-        if opts.oversubscribe or (not gpus and opts.np > cores):
+        if opts.oversubscribe or (not gpus and opts.np > cores and not opts.multi_host()):
             mpi_args += ["--map-by", ":OVERSUBSCRIBE"]
         env = self._launch_env()
         assert self.cluster is not None
+        if opts.multi_host():
+            env.update(hosts.connection_env(self.cluster.profile_dir, self.id))
+            ip = self.cluster.controller_ip
+            mpi_args += hosts.mpiexec_args(opts.host_list(), opts.hostfile, ip, env) if not opts.slurm_nodes else []
         t0 = time.monotonic()
-        self._engine_set = self.cluster.start_engines_sync(
-            n=opts.np,
-            mpi_cmd=[find_mpiexec()],
-            mpi_args=mpi_args,
-            environment=env,
-        )
+        if opts.slurm_nodes:
+            launcher_kwargs = slurm.launcher_kwargs(opts, env, [find_mpiexec(), *mpi_args])
+        else:
+            launcher_kwargs = {"mpi_cmd": [find_mpiexec()], "mpi_args": mpi_args, "environment": env}
+        self._engine_set = self.cluster.start_engines_sync(n=opts.np, **launcher_kwargs)
         self._write_state("starting")
         if self.client is None:
             self.client = self.cluster.connect_client_sync()
+        if opts.slurm_nodes:
+            slurm.wait_for_job(self._engine_launcher(), opts.timeout)
         self._wait_for_engines(t0)
         self._bootstrap(env, "cpu" if opts.cpu else "auto")
         self._write_state("idle")
@@ -387,6 +422,8 @@ class Pool:
         """Kill leftover engines of this pool (nannies included), e.g. after an abort or a failed stop."""
         victims = []
         for r in self.ranks:
+            if not hosts.is_this_host(r.host):
+                continue  # a pid on another host; mpiexec (or scancel) ends those ranks
             try:
                 victims.append(psutil.Process(r.pid))
             except psutil.Error:
@@ -408,16 +445,31 @@ class Pool:
     def interrupt(self, ranks: list[int]) -> None:
         """SIGINT the engines of `ranks`: their running cell raises KeyboardInterrupt."""
         by_rank = {r.rank: r for r in self.ranks}
+        remote = []
         for rank in ranks:
+            if rank in by_rank and not hosts.is_this_host(by_rank[rank].host):
+                remote.append(by_rank[rank].engine_id)
+                continue
             try:
                 os.kill(by_rank[rank].pid, signal.SIGINT)
             except (KeyError, ProcessLookupError):
                 pass
+        if remote and self.client is not None:
+            try:  # ranks on other hosts: the engine's nanny on that host delivers the signal
+                self.client.send_signal(signal.SIGINT, targets=remote, block=False)
+            except Exception as exc:
+                log.debug("interrupting engines %s: %s", remote, exc)
 
     def dead_ranks(self) -> list[int]:
-        """Ranks whose engine process is gone (local hosts only)."""
+        """Ranks whose engine process is gone; on other hosts, ranks whose engine left the controller."""
         dead = []
+        registered = set(self.client.ids) if self.client is not None else set()
         for r in self.ranks:
+            if not hosts.is_this_host(r.host):
+                # A remote pid means nothing here; the controller drops an engine that stops answering its pings.
+                if self.client is not None and r.engine_id not in registered:
+                    dead.append(r.rank)
+                continue
             try:
                 p = psutil.Process(r.pid)
                 if p.status() == psutil.STATUS_ZOMBIE:
@@ -459,7 +511,13 @@ class Pool:
             return f"rank {m.group(1)} exited with code {m.group(2)}"
         dead = self.dead_ranks()
         if dead:
-            return f"{format_ranks(dead)} died"
+            where = sorted({r.host for r in self.ranks if r.rank in dead})
+            if any(not hosts.is_this_host(h) for h in where):
+                return (
+                    f"{format_ranks(dead)} on {', '.join(where)} stopped answering the controller "
+                    f"(host down or unreachable)"
+                )
+            return f"{format_ranks(dead)} on {', '.join(where)} died"
         return "the engines stopped"
 
     # ---- state shared with the Jupyter server -------------------------------------------------------------
