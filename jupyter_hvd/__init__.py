@@ -7,6 +7,16 @@ from typing import Any
 __version__ = "0.1.0"
 
 
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where JupyterLab finds the sidebar's built front end (inside this package: no node needed)."""
+    return [{"src": "labextension", "dest": "jupyter-hvd"}]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The server extension that serves the sidebar's REST endpoints."""
+    return [{"module": "jupyter_hvd.server"}]
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext jupyter_hvd`: register %hvd_start, %%hvd and friends."""
     import atexit

@@ -1,0 +1,86 @@
+import {
+  ILabShell,
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { LabIcon } from '@jupyterlab/ui-components';
+
+import { Action, ACTIONS, choosePool } from './model';
+import { HvdSidebar } from './sidebar';
+
+const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" width="16">
+  <g class="jp-icon3" fill="#616161">
+    <circle cx="5" cy="6" r="2.5"/><circle cx="5" cy="18" r="2.5"/><circle cx="19" cy="12" r="2.5"/>
+    <path d="M7 6.8l9.8 4.4-.6 1.3L6.4 8.1zM6.4 15.9l9.8-4.4.6 1.3-9.8 4.4z"/>
+  </g></svg>`;
+
+export const hvdIcon = new LabIcon({ name: 'jupyter-hvd:pools', svgstr: ICON_SVG });
+
+const LABELS: Record<Action, string> = {
+  interrupt: 'Interrupt jupyter-hvd pool (stops the running cell on all ranks)',
+  restart: 'Restart jupyter-hvd pool (same options)',
+  stop: 'Stop jupyter-hvd pool'
+};
+
+/** The left-sidebar panel of jupyter-hvd pools, with Interrupt / Restart / Stop commands. */
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-hvd:plugin',
+  description: 'Every jupyter-hvd pool and every rank, with Interrupt / Restart / Stop.',
+  autoStart: true,
+  requires: [ILabShell],
+  optional: [ILayoutRestorer, ICommandPalette, ISettingRegistry],
+  activate: async (
+    app: JupyterFrontEnd,
+    shell: ILabShell,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null,
+    settings: ISettingRegistry | null
+  ) => {
+    let refreshMs = 1000;
+    if (settings) {
+      try {
+        const s = await settings.load(plugin.id);
+        refreshMs = (s.get('refreshMs').composite as number) || refreshMs;
+      } catch (error) {
+        console.warn('jupyter-hvd: settings not loaded, refreshing every second', error);
+      }
+    }
+    const sidebar = new HvdSidebar(refreshMs);
+    sidebar.title.icon = hvdIcon;
+    shell.add(sidebar, 'left', { rank: 750 });
+    if (restorer) {
+      restorer.add(sidebar, 'jupyter-hvd-sidebar');
+    }
+
+    const currentKernelId = (): string | null => {
+      const widget = shell.currentWidget as any;
+      return widget?.sessionContext?.session?.kernel?.id ?? null;
+    };
+    for (const action of ACTIONS) {
+      const command = `jupyter-hvd:${action}`;
+      app.commands.addCommand(command, {
+        label: LABELS[action],
+        caption: LABELS[action],
+        execute: async args => {
+          if (!sidebar.pools.length) {
+            await sidebar.refresh().catch(() => undefined);
+          }
+          const poolId =
+            (args.poolId as string | undefined) ??
+            choosePool(sidebar.pools, currentKernelId(), sidebar.selected)?.id;
+          if (!poolId) {
+            shell.activateById(sidebar.id);
+            return false;
+          }
+          return sidebar.act(poolId, action);
+        }
+      });
+      palette?.addItem({ command, category: 'jupyter-hvd' });
+    }
+  }
+};
+
+export default plugin;

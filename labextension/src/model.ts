@@ -1,0 +1,148 @@
+/**
+ * What the sidebar shows, in the user's words: pools and their ranks as the server reports them, and the
+ * small decisions about them (how to print a figure, which action needs a confirmation). No JupyterLab
+ * imports here, so it is unit-tested on its own.
+ */
+
+export type PoolState =
+  | 'starting'
+  | 'idle'
+  | 'running'
+  | 'restarting'
+  | 'failed'
+  | 'stopping'
+  | 'stale';
+
+export type RankState = 'idle' | 'busy' | 'stalled' | 'dead';
+
+export type Action = 'interrupt' | 'restart' | 'stop';
+
+export const ACTIONS: Action[] = ['interrupt', 'restart', 'stop'];
+
+export interface IRank {
+  rank: number;
+  host: string;
+  pid: number;
+  device: string;
+  state: RankState;
+  step?: number | null;
+  loss?: number | null;
+  last_line?: string | null;
+  cpu_percent?: number | null;
+  rss_mb?: number | null;
+  gpu_mem_mb?: number | null;
+  gpu_mem_total_mb?: number | null;
+  gpu_util?: number | null;
+  heartbeat_age?: number | null;
+}
+
+export interface IPool {
+  id: string;
+  state: PoolState;
+  stale: boolean;
+  notebook: string;
+  kernel_id: string;
+  np: number;
+  backend: string;
+  hosts: string[];
+  uptime: number;
+  updated_age: number;
+  cell?: string | null;
+  ranks: IRank[];
+}
+
+export interface IPoolList {
+  pools: IPool[];
+  now: number;
+}
+
+/** "42 s", "3 min", "2 h 5 min": an age or uptime at a glance. */
+export function formatDuration(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) {
+    return '–';
+  }
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) {
+    return `${s} s`;
+  }
+  if (s < 3600) {
+    return `${Math.floor(s / 60)} min`;
+  }
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  return m ? `${h} h ${m} min` : `${h} h`;
+}
+
+/** Megabytes as "812 MB" or "3.2 GB". */
+export function formatMegabytes(mb: number | null | undefined): string {
+  if (mb === null || mb === undefined) {
+    return '–';
+  }
+  return mb >= 1024 ? `${(mb / 1024).toFixed(1)} GB` : `${Math.round(mb)} MB`;
+}
+
+/** A rank's memory: GPU used/total and utilisation where NVML reported it, CPU % and RSS otherwise. */
+export function formatMemory(r: IRank): string {
+  if (r.gpu_mem_mb !== null && r.gpu_mem_mb !== undefined) {
+    const total = r.gpu_mem_total_mb ? `/${formatMegabytes(r.gpu_mem_total_mb)}` : '';
+    const util = r.gpu_util !== null && r.gpu_util !== undefined ? ` ${Math.round(r.gpu_util)}%` : '';
+    return `GPU ${formatMegabytes(r.gpu_mem_mb)}${total}${util}`;
+  }
+  if (r.cpu_percent === null || r.cpu_percent === undefined) {
+    return r.rss_mb ? formatMegabytes(r.rss_mb) : '–';
+  }
+  return `CPU ${Math.round(r.cpu_percent)}% ${formatMegabytes(r.rss_mb)}`;
+}
+
+/** A loss with 4 significant digits, a step as an integer; '–' when the cell reports none. */
+export function formatLoss(loss: number | null | undefined): string {
+  return loss === null || loss === undefined ? '–' : Number(loss).toPrecision(4);
+}
+
+/** The notebook a pool belongs to, by its file name; the kernel id when the server does not know it. */
+export function poolTitle(p: IPool): string {
+  if (p.notebook) {
+    const parts = p.notebook.split('/');
+    return parts[parts.length - 1];
+  }
+  return p.kernel_id ? `kernel ${p.kernel_id.slice(0, 8)}` : p.id;
+}
+
+/** Which actions a pool can take now: a stale pool (its kernel died) can only be cleaned up. */
+export function allowedActions(p: IPool): Action[] {
+  if (p.stale) {
+    return ['stop'];
+  }
+  if (p.state === 'stopping') {
+    return [];
+  }
+  if (p.state === 'idle' || p.state === 'starting' || p.state === 'failed') {
+    return ['restart', 'stop'];
+  }
+  return ACTIONS;
+}
+
+/**
+ * The question to ask before an action, or null when it is harmless. Interrupt only stops the running cell;
+ * restart and stop destroy the workers' state (models, variables), except on a pool that has none left.
+ */
+export function confirmation(p: IPool, action: Action): string | null {
+  if (action === 'interrupt' || p.stale || p.state === 'failed') {
+    return null;
+  }
+  const where = poolTitle(p);
+  if (action === 'restart') {
+    return `Restart the ${p.np} ranks of ${where}? Models and variables on the ranks are lost; the pool comes back with the same options.`;
+  }
+  return `Stop the ${p.np} ranks of ${where}? Models and variables on the ranks are lost.`;
+}
+
+/** The pool a command without a pool id acts on: the one of the current notebook's kernel, or the only one. */
+export function choosePool(pools: IPool[], kernelId: string | null, selected: string | null): IPool | null {
+  const live = pools.filter(p => !p.stale);
+  return (
+    (kernelId ? pools.find(p => p.kernel_id === kernelId) : undefined) ??
+    (selected ? pools.find(p => p.id === selected) : undefined) ??
+    (live.length === 1 ? live[0] : pools.length === 1 ? pools[0] : null)
+  );
+}

@@ -1,0 +1,120 @@
+/**
+ * The sidebar's DOM, built from the pool list. Plain DOM (no framework, no JupyterLab imports): each refresh
+ * replaces the content, buttons carry their pool and action in data attributes.
+ */
+
+import {
+  allowedActions,
+  formatDuration,
+  formatLoss,
+  formatMemory,
+  IPool,
+  IRank,
+  poolTitle
+} from './model';
+
+const LABELS = { interrupt: 'Interrupt', restart: 'Restart', stop: 'Stop' };
+
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className: string,
+  text?: string
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  if (className) {
+    node.className = className;
+  }
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+function badge(state: string): HTMLElement {
+  const b = el('span', 'jp-HvdState', state);
+  b.dataset.state = state;
+  return b;
+}
+
+function rankRows(r: IRank): HTMLTableRowElement[] {
+  const row = el('tr', 'jp-HvdRank');
+  row.dataset.rank = String(r.rank);
+  row.dataset.state = r.state;
+  const stateCell = el('td', '');
+  stateCell.appendChild(badge(r.state));
+  const cells = [
+    el('td', '', String(r.rank)),
+    stateCell,
+    el('td', '', `${r.host}:${r.pid}`),
+    el('td', '', r.device),
+    el('td', '', r.step === null || r.step === undefined ? '–' : String(r.step)),
+    el('td', '', formatLoss(r.loss)),
+    el('td', '', formatMemory(r)),
+    el('td', '', formatDuration(r.heartbeat_age))
+  ];
+  cells.forEach(c => row.appendChild(c));
+  const lineRow = el('tr', 'jp-HvdRank-lastLine');
+  const line = el('td', 'jp-HvdRank-line', r.last_line || '');
+  line.colSpan = cells.length;
+  line.title = r.last_line || '';
+  lineRow.appendChild(line);
+  return r.last_line ? [row, lineRow] : [row];
+}
+
+/** One pool: title with state, its figures, the running cell, its buttons, and a table of its ranks. */
+export function renderPool(p: IPool): HTMLElement {
+  const box = el('div', 'jp-HvdPool');
+  box.dataset.poolId = p.id;
+  box.dataset.state = p.state;
+  const title = el('div', 'jp-HvdPool-title');
+  const name = el('span', 'jp-HvdPool-notebook', poolTitle(p));
+  name.title = `${p.notebook || p.id} (pool ${p.id}, kernel ${p.kernel_id})`;
+  title.append(name, badge(p.state));
+  box.appendChild(title);
+  const hosts = p.hosts.length ? p.hosts.join(', ') : '–';
+  box.appendChild(
+    el('div', 'jp-HvdPool-meta', `-np ${p.np} · ${p.backend || '–'} · ${hosts} · up ${formatDuration(p.uptime)}`)
+  );
+  if (p.cell) {
+    const cell = el('div', 'jp-HvdPool-cell', `▶ ${p.cell}`);
+    cell.title = p.cell;
+    box.appendChild(cell);
+  }
+  const actions = el('div', 'jp-HvdPool-actions');
+  const allowed = allowedActions(p);
+  for (const action of ['interrupt', 'restart', 'stop'] as const) {
+    const button = el('button', 'jp-mod-styled jp-HvdPool-action', LABELS[action]);
+    button.dataset.action = action;
+    button.dataset.poolId = p.id;
+    button.disabled = !allowed.includes(action);
+    button.title = p.stale && action === 'stop' ? 'Its kernel died: kill what is left of the pool' : LABELS[action];
+    actions.appendChild(button);
+  }
+  box.appendChild(actions);
+  const table = el('table', 'jp-HvdRanks');
+  const head = el('tr', '');
+  for (const h of ['rank', 'state', 'host:pid', 'device', 'step', 'loss', 'memory', 'beat']) {
+    head.appendChild(el('th', '', h));
+  }
+  const thead = el('thead', '');
+  thead.appendChild(head);
+  const tbody = el('tbody', '');
+  p.ranks.forEach(r => rankRows(r).forEach(row => tbody.appendChild(row)));
+  table.append(thead, tbody);
+  box.appendChild(table);
+  return box;
+}
+
+/** The whole list; a short explanation when there is no pool, or the last error when the server did not answer. */
+export function renderPools(target: HTMLElement, pools: IPool[], error?: string): void {
+  target.replaceChildren();
+  if (error) {
+    target.appendChild(el('div', 'jp-HvdSidebar-error', error));
+  }
+  if (!pools.length && !error) {
+    target.appendChild(
+      el('div', 'jp-HvdSidebar-empty', 'No jupyter-hvd pool is running. Start one in a notebook: %hvd_start -np 2')
+    );
+  }
+  pools.forEach(p => target.appendChild(renderPool(p)));
+}

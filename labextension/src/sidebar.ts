@@ -1,0 +1,104 @@
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Poll } from '@lumino/polling';
+import { Widget } from '@lumino/widgets';
+
+import { Action, confirmation, IPool, IPoolList } from './model';
+import { renderPools } from './render';
+import { requestAPI } from './request';
+
+/**
+ * The left-sidebar panel: every jupyter-hvd pool of this server and its ranks, refreshed about once a second
+ * while visible (the poll stands by when the panel or the browser tab is hidden, and backs off on errors).
+ */
+export class HvdSidebar extends Widget {
+  readonly poll: Poll;
+  pools: IPool[] = [];
+  selected: string | null = null;
+  private _list: HTMLElement;
+  private _error = '';
+
+  constructor(refreshMs = 1000) {
+    super();
+    this.id = 'jupyter-hvd-sidebar';
+    this.addClass('jp-HvdSidebar');
+    this.title.caption = 'Horovod pools (jupyter-hvd)';
+    const header = document.createElement('div');
+    header.className = 'jp-HvdSidebar-header';
+    header.textContent = 'Horovod pools';
+    this._list = document.createElement('div');
+    this._list.className = 'jp-HvdSidebar-list';
+    this.node.append(header, this._list);
+    this.node.addEventListener('click', this._onClick);
+    this.poll = new Poll({
+      factory: () => this.refresh(),
+      frequency: { interval: refreshMs, backoff: true, max: 30 * 1000 },
+      // Hidden panel or hidden tab: no requests at all until it is shown again.
+      standby: () => !this.isVisible || 'when-hidden',
+      name: 'jupyter-hvd:pools'
+    });
+  }
+
+  /** Ask the server for the pools now and redraw. */
+  async refresh(): Promise<void> {
+    try {
+      const data = await requestAPI<IPoolList>('pools');
+      this.pools = data.pools;
+      this._error = '';
+    } catch (error) {
+      this._error = `Could not reach the jupyter-hvd server extension: ${error}`;
+      this._render();
+      throw error; // the poll backs off while the server does not answer
+    }
+    this._render();
+  }
+
+  /** Carry out `action` on pool `poolId`, asking first when it would destroy the workers' state. */
+  async act(poolId: string, action: Action): Promise<boolean> {
+    const pool = this.pools.find(p => p.id === poolId);
+    if (!pool) {
+      return false;
+    }
+    const question = confirmation(pool, action);
+    if (question) {
+      const label = action === 'restart' ? 'Restart' : 'Stop';
+      const result = await showDialog({
+        title: `${label} the pool?`,
+        body: question,
+        buttons: [Dialog.cancelButton(), Dialog.warnButton({ label })]
+      });
+      if (!result.button.accept) {
+        return false;
+      }
+    }
+    await requestAPI(`pools/${encodeURIComponent(poolId)}/${action}`, { method: 'POST' });
+    void this.poll.refresh();
+    return true;
+  }
+
+  protected onAfterShow(): void {
+    void this.poll.refresh();
+  }
+
+  dispose(): void {
+    this.poll.dispose();
+    super.dispose();
+  }
+
+  private _render(): void {
+    renderPools(this._list, this.pools, this._error);
+  }
+
+  private _onClick = (event: MouseEvent): void => {
+    const target = event.target as HTMLElement;
+    const button = target.closest('button[data-action]') as HTMLButtonElement | null;
+    const poolBox = target.closest('[data-pool-id]') as HTMLElement | null;
+    if (poolBox) {
+      this.selected = poolBox.dataset.poolId || null;
+    }
+    if (button && !button.disabled) {
+      void this.act(button.dataset.poolId!, button.dataset.action as Action).catch(error =>
+        showDialog({ title: 'jupyter-hvd', body: String(error), buttons: [Dialog.okButton()] })
+      );
+    }
+  };
+}

@@ -1,0 +1,207 @@
+"""The sidebar's REST endpoints, on a real Jupyter server (pytest-jupyter's jp_fetch).
+
+Pools here are state files as a kernel writes them (owned by this test process, or by a process that has
+died); the browser test (test_sidebar_ui.py) drives the same endpoints with a real kernel and pool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import tornado.httpclient
+
+from jupyter_hvd import state
+
+pytest_plugins = ("pytest_jupyter.jupyter_server",)
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "hvd-state"
+    monkeypatch.setenv("JUPYTER_HVD_STATE_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def jp_server_config(state_dir: Path) -> dict:
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_hvd": True}}}
+
+
+@pytest.fixture
+def registry(jp_serverapp):
+    return jp_serverapp.web_app.settings["jupyter_hvd_registry"]
+
+
+def write_pool(pool_id: str, kernel: psutil.Process, processes: list[psutil.Process] = (), **extra) -> Path:
+    """A pool state file as Pool._write_state writes it."""
+    path = state.pool_file(pool_id)
+    state.write_pool(
+        path,
+        {
+            "id": pool_id,
+            "state": "idle",
+            "np": 2,
+            "started": time.time() - 5,
+            "backend": "MPI",
+            "hosts": ["localhost"],
+            "cell": None,
+            "kernel_pid": kernel.pid,
+            "kernel_started": kernel.create_time(),
+            "kernel_id": "k-1",
+            "notebook": "train.ipynb",
+            "ranks": [
+                {
+                    "rank": i,
+                    "host": "localhost",
+                    "pid": 1000 + i,
+                    "device": "cpu",
+                    "tensor_ops": "MPI",
+                    "state": "idle",
+                    "heartbeat": time.time() - 0.5,
+                    "cpu_percent": 1.0,
+                    "rss_mb": 300.0,
+                }
+                for i in range(2)
+            ],
+            "processes": [{"pid": p.pid, "create_time": p.create_time(), "role": "engine"} for p in processes],
+            **extra,
+        },
+    )
+    return path
+
+
+@pytest.fixture
+def dead_kernel() -> psutil.Process:
+    """A process object whose process has exited: the kernel of a stale pool."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    p = psutil.Process(proc.pid)
+    p.create_time()  # cached now, while it exists
+    proc.wait()
+    return p
+
+
+@pytest.fixture
+def orphan():
+    """A live process recorded by a stale pool (an engine left behind by a killed kernel)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield psutil.Process(proc.pid)
+    proc.kill()
+    proc.wait()
+
+
+async def test_lists_every_pool_with_ages(jp_fetch, state_dir):
+    write_pool("hvd-1-1", psutil.Process())
+    resp = await jp_fetch("jupyter-hvd", "pools")
+    body = json.loads(resp.body)
+    assert [p["id"] for p in body["pools"]] == ["hvd-1-1"]
+    pool = body["pools"][0]
+    assert pool["state"] == "idle" and not pool["stale"]
+    assert pool["np"] == 2 and pool["backend"] == "MPI" and pool["notebook"] == "train.ipynb"
+    assert 4 <= pool["uptime"] < 60
+    assert [r["rank"] for r in pool["ranks"]] == [0, 1]
+    assert 0 <= pool["ranks"][0]["heartbeat_age"] < 30
+
+
+async def test_empty_listing(jp_fetch, state_dir):
+    body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
+    assert body["pools"] == []
+
+
+async def test_one_pool_and_unknown_pools(jp_fetch, state_dir):
+    write_pool("hvd-1-1", psutil.Process())
+    body = json.loads((await jp_fetch("jupyter-hvd", "pools", "hvd-1-1")).body)
+    assert body["id"] == "hvd-1-1" and len(body["ranks"]) == 2
+    for unknown in ("hvd-9-9", "..%2F..%2Fetc", "pool-hvd-1-1.json"):
+        with pytest.raises(tornado.httpclient.HTTPClientError) as e:
+            await jp_fetch("jupyter-hvd", "pools", unknown)
+        assert e.value.code == 404
+
+
+async def test_actions_reach_the_pools_kernel(jp_fetch, state_dir):
+    write_pool("hvd-1-1", psutil.Process())
+    for action in ("interrupt", "restart", "stop"):
+        resp = await jp_fetch("jupyter-hvd", "pools", "hvd-1-1", action, method="POST", body="")
+        assert resp.code == 202
+        # The kernel's watcher takes this file within a second and carries the action out.
+        assert state.take_action("hvd-1-1") == action
+    with pytest.raises(tornado.httpclient.HTTPClientError) as e:
+        await jp_fetch("jupyter-hvd", "pools", "hvd-1-1", "execute", method="POST", body="")
+    assert e.value.code == 400
+    with pytest.raises(tornado.httpclient.HTTPClientError) as e:
+        await jp_fetch("jupyter-hvd", "pools", "hvd-7-7", "stop", method="POST", body="")
+    assert e.value.code == 404
+    assert state.take_action("hvd-1-1") is None
+
+
+async def test_refused_without_the_servers_token(jp_fetch, jp_http_port, jp_base_url, state_dir):
+    write_pool("hvd-1-1", psutil.Process())
+    client = tornado.httpclient.AsyncHTTPClient()
+    base = f"http://localhost:{jp_http_port}{jp_base_url}jupyter-hvd/pools"
+    for url, method in ((base, "GET"), (f"{base}/hvd-1-1", "GET"), (f"{base}/hvd-1-1/stop", "POST")):
+        resp = await client.fetch(url, method=method, body="" if method == "POST" else None, raise_error=False)
+        assert resp.code == 403, (url, resp.code)
+    # A wrong token is refused too, and nothing was asked of the pool.
+    resp = await client.fetch(
+        f"{base}/hvd-1-1/stop", method="POST", body="", headers={"Authorization": "token nope"}, raise_error=False
+    )
+    assert resp.code == 403
+    assert state.take_action("hvd-1-1") is None
+
+
+async def test_stale_pool_is_shown_then_cleaned_up(jp_fetch, state_dir, registry, dead_kernel, orphan):
+    path = write_pool("hvd-2-2", dead_kernel, [orphan], state="running")
+    body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
+    pool = body["pools"][0]
+    assert pool["stale"] and pool["state"] == "stale"
+    assert {r["state"] for r in pool["ranks"]} == {"dead"}
+    # A stale pool's kernel cannot interrupt or restart it: only Stop (clean-up) is accepted.
+    with pytest.raises(tornado.httpclient.HTTPClientError) as e:
+        await jp_fetch("jupyter-hvd", "pools", "hvd-2-2", "restart", method="POST", body="")
+    assert e.value.code == 400
+    assert orphan.is_running() and path.exists()
+    # After the grace period the next listing cleans it up: its processes are killed, its file removed.
+    registry.stale_grace_s = 0
+    body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
+    assert body["pools"] == []
+    assert not path.exists()
+    orphan.wait(timeout=10)
+    assert not orphan.is_running()
+
+
+async def test_stop_cleans_up_a_stale_pool_at_once(jp_fetch, state_dir, dead_kernel, orphan):
+    path = write_pool("hvd-3-3", dead_kernel, [orphan])
+    resp = await jp_fetch("jupyter-hvd", "pools", "hvd-3-3", "stop", method="POST", body="")
+    assert resp.code == 200 and json.loads(resp.body)["result"] == "cleaned"
+    assert not path.exists()
+    orphan.wait(timeout=10)
+
+
+async def test_reused_kernel_pid_counts_as_dead(jp_fetch, state_dir):
+    me = psutil.Process()
+    path = write_pool("hvd-4-4", me)
+    data = json.loads(path.read_text())
+    data["kernel_started"] = me.create_time() - 1000  # same pid, another process: the kernel is gone
+    path.write_text(json.dumps(data))
+    body = json.loads((await jp_fetch("jupyter-hvd", "pools", "hvd-4-4")).body)
+    assert body["stale"]
+
+
+def test_server_extension_is_enabled_by_the_installed_config():
+    out = subprocess.run(
+        [sys.executable, "-m", "jupyter", "server", "extension", "list"], capture_output=True, text=True, timeout=60
+    )
+    text = out.stdout + out.stderr
+    assert "jupyter_hvd" in text and "enabled" in text.split("jupyter_hvd", 1)[1].splitlines()[0], text
+
+
+def test_state_dir_is_private(state_dir):
+    write_pool("hvd-5-5", psutil.Process())
+    assert oct(os.stat(state_dir).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(state.pool_file("hvd-5-5")).st_mode & 0o777) == "0o600"
