@@ -7,6 +7,15 @@ from typing import Any
 __version__ = "0.1.0"
 
 
+def __getattr__(name: str) -> Any:
+    # `from jupyter_hvd import report` on the engines, without importing the kernel-side modules.
+    if name == "report":
+        from .engine.report import report
+
+        return report
+    raise AttributeError(f"module 'jupyter_hvd' has no attribute {name!r}")
+
+
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
     """Where JupyterLab finds the sidebar's built front end (inside this package: no node needed)."""
     return [{"src": "labextension", "dest": "jupyter-hvd"}]
