@@ -213,7 +213,9 @@ def pool_hosts(hosts: str = "", hostfile: str = "") -> list[Host]:
 
 
 def check_slots(hosts: list[Host], np: int, oversubscribe: bool) -> None:
-    """Raise ValueError when -np asks for more ranks than the hosts offer."""
+    """Raise ValueError when -np asks for more ranks than the hosts offer (no hosts: this host, no limit here)."""
+    if not hosts:
+        return
     slots = total_slots(hosts)
     if slots is not None and np > slots and not oversubscribe:
         raise ValueError(
