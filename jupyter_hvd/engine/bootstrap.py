@@ -25,6 +25,9 @@ def start(env: dict[str, str], device: str) -> dict[str, Any]:
 
     if not hvd.is_initialized():
         hvd.init()
+    from . import guards
+
+    guards.install()  # hvd.init() pasted into a cell, or a cell that wraps an optimizer run twice, must be harmless
     local_rank, local_size = hvd.local_rank(), hvd.local_size()
 
     if device == "auto" and torch.cuda.is_available():

@@ -1,0 +1,150 @@
+"""Script habits made safe on a persistent pool: `hvd.init()` pasted into a cell, a cell that wraps an optimizer
+run twice, `zero_grad(set_to_none=True)`.
+
+Under `mpirun` a script runs once in a fresh process; here the engines live on, cell after cell, so a line that
+is harmless in a script can act twice. Imported on the engines only; `install()` runs once, from the bootstrap.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import weakref
+from typing import Any
+
+# Every hvd.DistributedOptimizer made on this engine that may still hold gradient hooks.
+_live: weakref.WeakSet[Any] = weakref.WeakSet()
+
+RERUN_ADVICE = (
+    "To make the cell safe to run again, create the plain optimizer and wrap it in the same line, e.g. "
+    "optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), "
+    "named_parameters=model.named_parameters())"
+)
+
+
+def _say(text: str) -> None:
+    """Print a note once per pool (rank 0 only), under the cell that caused it."""
+    import horovod.torch as hvd
+
+    if hvd.rank() == 0:
+        print(f"jupyter-hvd: {text}", file=sys.stderr, flush=True)
+
+
+def is_distributed(optimizer: Any) -> bool:
+    """True for an optimizer returned by hvd.DistributedOptimizer (plain or Adasum)."""
+    return hasattr(optimizer, "_make_hook") and hasattr(optimizer, "_requires_update")
+
+
+def _plain_class(optimizer: Any) -> type:
+    """The user's optimizer class under Horovod's generated wrapper class(es)."""
+    for cls in type(optimizer).__mro__:
+        if "_make_hook" not in vars(cls):
+            return cls
+    return type(optimizer)
+
+
+def retire(optimizer: Any) -> int:
+    """Remove the gradient hooks `optimizer` registered, so it no longer allreduces; return how many were removed.
+
+    Horovod drops the handles `register_hook` returns. All Python hooks of one autograd node share one dict, and a
+    probe hook's handle reaches it: delete the entries whose closure holds this optimizer.
+    """
+    removed = 0
+    for acc in getattr(optimizer, "_grad_accs", []):
+        probe = acc.register_hook(lambda *_: None)
+        hooks = probe.hooks_dict_ref()
+        probe.remove()
+        if hooks is None:
+            continue
+        for key, fn in list(hooks.items()):
+            if any(cell.cell_contents is optimizer for cell in getattr(fn, "__closure__", None) or ()):
+                del hooks[key]
+                removed += 1
+    optimizer._grad_accs = []
+    optimizer._requires_update = set()
+    optimizer._handles.clear()
+    _live.discard(optimizer)
+    return removed
+
+
+def _guard_init(hvd: Any) -> None:
+    real_init = hvd.init
+
+    @functools.wraps(real_init)
+    def init(*args: Any, **kwargs: Any) -> None:
+        # horovod.torch.init() clears the table of in-flight ops, so a second call breaks pending gradients.
+        if hvd.is_initialized():
+            if args or kwargs:
+                _say(
+                    f"hvd.init() was called with arguments, but Horovod is already initialised on this pool "
+                    f"(size {hvd.size()}); the call was ignored. Pool-wide settings go in %hvd_start --env KEY=VALUE."
+                )
+            return None
+        return real_init(*args, **kwargs)
+
+    hvd.init = init
+
+
+def _zero_grad_with_set_to_none() -> None:
+    """Horovod's zero_grad() takes no arguments; accept torch's `set_to_none` (None grads are fine for Horovod)."""
+    from horovod.torch import optimizer as hvd_optimizer
+
+    def zero_grad(self: Any, set_to_none: bool = True) -> None:
+        """Horovod's zero_grad, also accepting torch's `set_to_none` (torch's default is True)."""
+        if self._handles:
+            raise AssertionError(
+                "optimizer.zero_grad() was called after loss.backward() but before optimizer.step() or "
+                "optimizer.synchronize(): the gradients are still being averaged. Call optimizer.step() first."
+            )
+        return super(type(self), self).zero_grad(set_to_none=set_to_none)
+
+    for cls in (hvd_optimizer._DistributedOptimizer, hvd_optimizer._DistributedAdasumOptimizer):
+        cls.zero_grad = zero_grad
+
+
+def _guard_distributed_optimizer(hvd: Any) -> None:
+    real = hvd.DistributedOptimizer
+
+    @functools.wraps(real)
+    def DistributedOptimizer(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        state = None
+        if is_distributed(optimizer):
+            # `optimizer = hvd.DistributedOptimizer(optimizer)` run a second time: wrap the original class again.
+            state = optimizer.state
+            plain = _plain_class(optimizer).__new__(_plain_class(optimizer))
+            plain.param_groups = optimizer.param_groups
+            retire(optimizer)
+            _say(
+                f"this optimizer was already a hvd.DistributedOptimizer (the cell ran before?). It was wrapped "
+                f"once, from its {type(plain).__name__}, keeping its state. {RERUN_ADVICE}"
+            )
+            optimizer = plain
+        wrapped = real(optimizer, *args, **kwargs)
+        if state is not None:
+            wrapped.state.update(state)
+        params = {id(p) for p in wrapped._requires_update}
+        stale = [old for old in list(_live) if params & {id(p) for p in old._requires_update}]
+        for old in stale:
+            retire(old)
+        if stale:
+            _say(
+                f"{len(stale)} earlier hvd.DistributedOptimizer{'s' if len(stale) > 1 else ''} still hooked these "
+                "parameters (the cell ran before?). Their gradient hooks were removed, so each gradient is "
+                f"averaged once and only the new optimizer steps. {RERUN_ADVICE}"
+            )
+        _live.add(wrapped)
+        return wrapped
+
+    hvd.DistributedOptimizer = DistributedOptimizer
+
+
+def install() -> None:
+    """Make `hvd.init()`, `hvd.DistributedOptimizer` and `zero_grad(set_to_none=...)` safe to use cell after cell."""
+    import horovod.torch as hvd
+
+    if getattr(hvd, "_jupyter_hvd_guarded", False):
+        return
+    _guard_init(hvd)
+    _zero_grad_with_set_to_none()
+    _guard_distributed_optimizer(hvd)
+    hvd._jupyter_hvd_guarded = True
