@@ -12,6 +12,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from . import pool as pools
+from . import timeline as hvd_timeline
 from .cell import CellOptions, run_cell
 from .ranks import parse_ranks
 
@@ -94,6 +95,14 @@ class HvdMagics(Magics):
     @magic_arguments()
     @argument("--ranks", default="0", help="whose output to show: 0 (default), all, or a list like 0,2")
     @argument("--log-lines", type=int, default=10_000, metavar="N", help="lines of output shown per rank and cell")
+    @argument(
+        "--timeline",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="record Horovod's timeline for this cell and summarise it (trace file: PATH, else hvd_timelines/)",
+    )
     def hvd(self, line: str, cell: str) -> Any:
         """Run this cell on every rank (SPMD); rank 0's output streams in live.
 
@@ -111,7 +120,10 @@ class HvdMagics(Magics):
         source = _transform.transform_cell(cell)
         # A syntax error is raised here, before anything is shipped; IPython shows it without our frames.
         compile(source, "<hvd cell>", "exec")
-        return run_cell(pool, source, CellOptions(show_ranks=show, log_lines=args.log_lines))
+        options = CellOptions(show_ranks=show, log_lines=args.log_lines)
+        if args.timeline is not None:
+            return hvd_timeline.record(pool, args.timeline, lambda: run_cell(pool, source, options))
+        return run_cell(pool, source, options)
 
     @line_magic
     def hvd_push(self, line: str) -> None:

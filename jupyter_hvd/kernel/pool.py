@@ -83,6 +83,8 @@ class PoolOptions:
         env = {
             # Horovod's stall inspector names the tensors a rank waits on; we read its report on failures.
             "HOROVOD_STALL_CHECK_TIME_SECONDS": str(self.stall_check_s),
+            # Lets `%%hvd --timeline` call hvd.start_timeline() later; nothing is recorded until then.
+            "HOROVOD_TIMELINE": "DYNAMIC",
         }
         if self.cycle_time_ms is not None:
             env["HOROVOD_CYCLE_TIME"] = f"{self.cycle_time_ms:g}"
