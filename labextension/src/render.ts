@@ -36,29 +36,44 @@ function badge(state: string): HTMLElement {
   return b;
 }
 
+/** A rank's figures on one line: memory, step and loss (when the cell reports them), heartbeat age. */
+export function rankFigures(r: IRank): string {
+  const parts = [formatMemory(r)];
+  if (r.step !== null && r.step !== undefined) {
+    parts.push(`step ${r.step}`);
+  }
+  if (r.loss !== null && r.loss !== undefined) {
+    parts.push(`loss ${formatLoss(r.loss)}`);
+  }
+  parts.push(`beat ${formatDuration(r.heartbeat_age)}`);
+  return parts.join(' · ');
+}
+
+/** Three rows per rank, to fit a narrow sidebar: who and where; its figures; its last output line. */
 function rankRows(r: IRank): HTMLTableRowElement[] {
   const row = el('tr', 'jp-HvdRank');
   row.dataset.rank = String(r.rank);
   row.dataset.state = r.state;
   const stateCell = el('td', '');
   stateCell.appendChild(badge(r.state));
-  const cells = [
-    el('td', '', String(r.rank)),
-    stateCell,
-    el('td', '', `${r.host}:${r.pid}`),
-    el('td', '', r.device),
-    el('td', '', r.step === null || r.step === undefined ? '–' : String(r.step)),
-    el('td', '', formatLoss(r.loss)),
-    el('td', '', formatMemory(r)),
-    el('td', '', formatDuration(r.heartbeat_age))
-  ];
-  cells.forEach(c => row.appendChild(c));
-  const lineRow = el('tr', 'jp-HvdRank-lastLine');
-  const line = el('td', 'jp-HvdRank-line', r.last_line || '');
-  line.colSpan = cells.length;
-  line.title = r.last_line || '';
-  lineRow.appendChild(line);
-  return r.last_line ? [row, lineRow] : [row];
+  row.append(el('td', '', String(r.rank)), stateCell, el('td', '', `${r.host}:${r.pid}`), el('td', '', r.device));
+  const rows = [row];
+  const figures = el('tr', 'jp-HvdRank-figuresRow');
+  figures.appendChild(el('td', '', ''));
+  const text = el('td', 'jp-HvdRank-figures', rankFigures(r));
+  text.colSpan = 3;
+  figures.appendChild(text);
+  rows.push(figures);
+  if (r.last_line) {
+    const lineRow = el('tr', 'jp-HvdRank-lastLine');
+    lineRow.appendChild(el('td', '', ''));
+    const line = el('td', 'jp-HvdRank-line', r.last_line);
+    line.colSpan = 3;
+    line.title = r.last_line;
+    lineRow.appendChild(line);
+    rows.push(lineRow);
+  }
+  return rows;
 }
 
 /** One pool: title with state, its figures, the running cell, its buttons, and a table of its ranks. */
@@ -75,6 +90,11 @@ export function renderPool(p: IPool): HTMLElement {
   box.appendChild(
     el('div', 'jp-HvdPool-meta', `-np ${p.np} · ${p.backend || '–'} · ${hosts} · up ${formatDuration(p.uptime)}`)
   );
+  if (p.stale) {
+    box.appendChild(
+      el('div', 'jp-HvdPool-meta', 'Its kernel died: what is left of the pool is killed shortly (or click Stop).')
+    );
+  }
   if (p.cell) {
     const cell = el('div', 'jp-HvdPool-cell', `▶ ${p.cell}`);
     cell.title = p.cell;
@@ -93,7 +113,7 @@ export function renderPool(p: IPool): HTMLElement {
   box.appendChild(actions);
   const table = el('table', 'jp-HvdRanks');
   const head = el('tr', '');
-  for (const h of ['rank', 'state', 'host:pid', 'device', 'step', 'loss', 'memory', 'beat']) {
+  for (const h of ['rank', 'state', 'host:pid', 'device']) {
     head.appendChild(el('th', '', h));
   }
   const thead = el('thead', '');

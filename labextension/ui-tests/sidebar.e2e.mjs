@@ -1,0 +1,119 @@
+// End to end in a real browser: JupyterLab (started by tests/test_sidebar_ui.py), headless Chromium.
+// Opens a notebook, starts a 2-rank pool, watches the sidebar show it, runs a long cell, interrupts it and
+// stops the pool from the sidebar. Prints one JSON line of timings; screenshots go to $ARTIFACTS.
+//
+// Env: LAB_URL (http://127.0.0.1:PORT/), TOKEN, NOTEBOOK (path under the server root), ARTIFACTS.
+import { chromium } from 'playwright-core';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+const { LAB_URL, TOKEN, NOTEBOOK, ARTIFACTS = 'artifacts' } = process.env;
+mkdirSync(ARTIFACTS, { recursive: true });
+const timings = {};
+const t0 = Date.now();
+const since = () => (Date.now() - t0) / 1000;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking']
+});
+const page = await browser.newPage({ viewport: { width: 1500, height: 900 } });
+page.on('pageerror', e => console.error('page error:', e.message));
+const shot = name => page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
+
+async function runCell(index) {
+  const cell = page.locator('.jp-Notebook .jp-Cell').nth(index);
+  await cell.locator('.jp-InputArea-editor').click();
+  await page.keyboard.press('Escape');
+  await page.keyboard.press('Control+Enter');
+  return cell;
+}
+
+try {
+  await page.goto(`${LAB_URL}lab/tree/${NOTEBOOK}?token=${TOKEN}&reset`);
+  await page.locator('.jp-Notebook .jp-Cell').first().waitFor({ timeout: 60000 });
+  await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').waitFor({ timeout: 60000 });
+
+  // The sidebar: a tab of its own in the left bar.
+  await page.locator('.jp-SideBar [data-id="jupyter-hvd-sidebar"]').click();
+  const sidebar = page.locator('#jupyter-hvd-sidebar');
+  await sidebar.locator('text=No jupyter-hvd pool is running').waitFor({ timeout: 10000 });
+
+  // %hvd_start -np 2: the sidebar shows the pool and its 2 ranks.
+  const started = Date.now();
+  const first = await runCell(0);
+  await first.locator('.jp-OutputArea-output', { hasText: 'Pool ready' }).waitFor({ timeout: 120000 });
+  timings.pool_ready_s = (Date.now() - started) / 1000;
+  const ranks = sidebar.locator('tr.jp-HvdRank');
+  await page.waitForFunction(() => document.querySelectorAll('#jupyter-hvd-sidebar tr.jp-HvdRank').length === 2, null, {
+    timeout: 10000
+  });
+  timings.sidebar_two_ranks_after_ready_s = (Date.now() - started) / 1000 - timings.pool_ready_s;
+  const poolBox = sidebar.locator('.jp-HvdPool').first();
+  await poolBox.locator('.jp-HvdPool-notebook', { hasText: NOTEBOOK.split('/').pop() }).waitFor({ timeout: 5000 });
+  const rankPids = await ranks.evaluateAll(rows => rows.map(r => Number(r.children[2].textContent.split(':').pop())));
+  await shot('1-pool-idle');
+
+  // A long cell: both ranks busy, the running cell's first line shown.
+  const busyAt = Date.now();
+  const second = await runCell(1);
+  await page.waitForFunction(
+    () =>
+      Array.from(document.querySelectorAll('#jupyter-hvd-sidebar tr.jp-HvdRank')).filter(r => r.dataset.state === 'busy')
+        .length === 2,
+    null,
+    { timeout: 15000 }
+  );
+  timings.ranks_busy_s = (Date.now() - busyAt) / 1000;
+  await poolBox.locator('.jp-HvdPool-cell', { hasText: 'import time' }).waitFor({ timeout: 5000 });
+  await second.locator('.jp-OutputArea-output', { hasText: 'step 3' }).waitFor({ timeout: 30000 });
+  // Live figures of each rank: CPU and RSS (no GPU here), heartbeat age; rank 0's last output line.
+  await page.waitForFunction(
+    () =>
+      Array.from(document.querySelectorAll('#jupyter-hvd-sidebar .jp-HvdRank-figures')).filter(f =>
+        /^CPU \d+% \d+ MB · beat \d+ s$/.test(f.textContent || '')
+      ).length === 2,
+    null,
+    { timeout: 10000 }
+  );
+  timings.figures_busy = await sidebar.locator('.jp-HvdRank-figures').allTextContents();
+  await shot('2-ranks-busy');
+
+  // Interrupt: no question asked; the cell stops, the ranks return to idle.
+  const interruptAt = Date.now();
+  await poolBox.locator('button[data-action="interrupt"]').click();
+  await second.locator('.jp-OutputArea-output', { hasText: 'Interrupted' }).waitFor({ timeout: 30000 });
+  timings.cell_stopped_s = (Date.now() - interruptAt) / 1000;
+  await page.waitForFunction(
+    () =>
+      Array.from(document.querySelectorAll('#jupyter-hvd-sidebar tr.jp-HvdRank')).filter(r => r.dataset.state === 'idle')
+        .length === 2 &&
+      document.querySelector('#jupyter-hvd-sidebar .jp-HvdPool')?.dataset.state === 'idle',
+    null,
+    { timeout: 15000 }
+  );
+  timings.ranks_idle_after_interrupt_s = (Date.now() - interruptAt) / 1000;
+  if ((await page.locator('.jp-Dialog').count()) !== 0) {
+    throw new Error('Interrupt asked a question');
+  }
+  await shot('3-interrupted');
+
+  // Stop: it destroys worker state, so it asks first; after "Stop" the pool disappears.
+  const stopAt = Date.now();
+  await poolBox.locator('button[data-action="stop"]').click();
+  const dialog = page.locator('.jp-Dialog');
+  await dialog.locator('text=Models and variables on the ranks are lost').waitFor({ timeout: 5000 });
+  await shot('4-stop-confirmation');
+  await dialog.locator('button.jp-mod-warn').click();
+  await sidebar.locator('text=No jupyter-hvd pool is running').waitFor({ timeout: 30000 });
+  timings.pool_gone_after_stop_s = (Date.now() - stopAt) / 1000;
+  await shot('5-stopped');
+  timings.total_s = since();
+  console.log(JSON.stringify({ ok: true, timings, rankPids }));
+} catch (error) {
+  await shot('failure').catch(() => undefined);
+  console.log(JSON.stringify({ ok: false, error: String(error), timings }));
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}

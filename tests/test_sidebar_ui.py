@@ -1,0 +1,139 @@
+"""The sidebar end to end: a real JupyterLab, a real kernel and 2-rank pool, headless Chromium (playwright-core).
+
+The browser part is labextension/ui-tests/sidebar.e2e.mjs; this test starts JupyterLab for it, checks what it
+reports, and that no engine process is left once the sidebar's Stop was clicked. Screenshots are saved under
+artifacts/sidebar/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+from conftest import wait_until_gone
+
+ROOT = Path(__file__).resolve().parents[1]
+LABEXT = ROOT / "labextension"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = ROOT / "artifacts" / "sidebar"
+
+pytestmark = [
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium: apt-get install -y chromium"),
+    pytest.mark.skipif(
+        not (LABEXT / "node_modules" / "playwright-core").exists() or not shutil.which("node"),
+        reason="needs node and playwright-core: cd labextension && npm install",
+    ),
+    pytest.mark.skipif(
+        not (ROOT / "jupyter_hvd" / "labextension" / "package.json").exists(),
+        reason="the labextension is not built: cd labextension && npm run build",
+    ),
+]
+
+LONG_CELL = """%%hvd
+import time
+for i in range(600):
+    print(f"step {i}", flush=True)
+    time.sleep(0.5)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[dict[str, object]]:
+    """JupyterLab on a free port with a private state dir and settings, serving a notebook for the test."""
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = nbformat.v4.new_notebook()
+    start = nbformat.v4.new_code_cell("%load_ext jupyter_hvd\n%hvd_start -np 2")
+    nb.cells = [start, nbformat.v4.new_code_cell(LONG_CELL)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, root / "sidebar_demo.ipynb")
+    token, port = secrets.token_hex(16), free_port()
+    env = {
+        **os.environ,
+        "JUPYTER_HVD_STATE_DIR": str(tmp_path / "hvd-state"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+    }
+    cmd = [
+        sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
+        f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}",
+        f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
+        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
+    ]  # fmt: skip
+    log = open(tmp_path / "lab.log", "wb")
+    server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("JupyterLab did not start: " + (tmp_path / "lab.log").read_text()) from None
+                time.sleep(0.5)
+        yield {"url": url, "token": token, "server": server, "log": tmp_path / "lab.log"}
+    finally:
+        server.terminate()  # kernels are shut down with the server; their pools stop with them
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def kernel_pids(server: subprocess.Popen[bytes]) -> list[int]:
+    return [p.pid for p in psutil.Process(server.pid).children(recursive=True) if "ipykernel" in " ".join(p.cmdline())]
+
+
+def test_sidebar_shows_busy_ranks_interrupts_and_stops(lab: dict[str, object]) -> None:
+    env = {
+        **os.environ,
+        "LAB_URL": str(lab["url"]),
+        "TOKEN": str(lab["token"]),
+        "NOTEBOOK": "sidebar_demo.ipynb",
+        "ARTIFACTS": str(ARTIFACTS),
+        "CHROMIUM": CHROMIUM,
+    }
+    out = subprocess.run(
+        ["node", str(LABEXT / "ui-tests" / "sidebar.e2e.mjs")],
+        cwd=LABEXT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    assert lines, f"the browser script printed no result:\n{out.stdout}\n{out.stderr}"
+    result = json.loads(lines[-1])
+    print("sidebar timings:", json.dumps(result.get("timings")))
+    assert result["ok"], f"{result}\n{out.stderr[-3000:]}\nserver log:\n{Path(str(lab['log'])).read_text()[-3000:]}"
+    t = result["timings"]
+    assert t["sidebar_two_ranks_after_ready_s"] < 5, "the sidebar should show the ranks within a few seconds"
+    assert (ARTIFACTS / "2-ranks-busy.png").exists() and (ARTIFACTS / "5-stopped.png").exists()
+    # Stop from the sidebar: no engine (nor controller, mpiexec) of the kernel's pool is left.
+    kernels = kernel_pids(lab["server"])  # type: ignore[arg-type]
+    assert kernels, "the notebook's kernel should still be running (only the pool was stopped)"
+    for kpid in kernels:
+        assert wait_until_gone(f"hvd-{kpid}-") == []
+    for pid in result["rankPids"]:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
