@@ -1,0 +1,72 @@
+"""%%hvd in a real IPython kernel: live streaming, and no process left behind however the kernel ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from conftest import Kernel, pool_processes, wait_until_gone
+
+
+def start_pool(k: Kernel) -> str:
+    r = k.run("%load_ext jupyter_hvd\n%hvd_start -np 2")
+    assert r.status == "ok", r.error_text + r.stdout + r.stderr
+    assert "Pool ready" in r.stdout
+    prefix = f"hvd-{k.pid}-"
+    assert len(pool_processes(prefix)) >= 4  # controller, mpiexec, 2 engines (and their nannies)
+    return prefix
+
+
+def test_rank0_output_streams_while_the_cell_runs(kernel):
+    start_pool(kernel)
+    r = kernel.run("%%hvd\nimport time\nfor i in range(4):\n    print(f'step {i}', flush=True)\n    time.sleep(0.7)\n")
+    assert r.status == "ok", r.error_text
+    assert [line for line in r.stdout.splitlines() if line.startswith("step")] == [f"step {i}" for i in range(4)]
+    first = next(t for t, _, text in r.streams if "step 0" in text)
+    # The first line arrived long before the cell ended: it was streamed, not buffered until the end.
+    assert r.finished - first > 1.5, (r.finished - first, r.streams)
+
+
+def test_stderr_and_errors_reach_the_notebook(kernel):
+    start_pool(kernel)
+    r = kernel.run("%%hvd\nimport sys\nprint('careful', file=sys.stderr)\nraise KeyError('missing')")
+    assert r.status == "error"
+    assert "careful" in r.stderr
+    assert "ranks 0-1: KeyError: 'missing'" in r.error_text
+    assert "%hvd_start" not in r.error_text
+
+
+def test_hvd_before_start_tells_what_to_type(kernel):
+    r = kernel.run("%load_ext jupyter_hvd\n")
+    r = kernel.run("%%hvd\nprint(1)")
+    assert r.status == "error"
+    # IPython shows a UsageError as one line on stderr, without a traceback.
+    assert "UsageError: No jupyter-hvd pool is running. Start one first: %hvd_start -np 2" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_hvd_stop_leaves_no_process(kernel):
+    prefix = start_pool(kernel)
+    r = kernel.run("%hvd_stop")
+    assert r.status == "ok" and "Pool stopped" in r.stdout
+    assert wait_until_gone(prefix) == []
+
+
+def test_kernel_shutdown_leaves_no_process():
+    k = Kernel()
+    prefix = start_pool(k)
+    k.shutdown()
+    assert wait_until_gone(prefix) == []
+
+
+def test_kernel_killed_leaves_no_process():
+    k = Kernel()
+    prefix = start_pool(k)
+    os.kill(k.pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    left = wait_until_gone(prefix, timeout=20)
+    assert left == [], [p.cmdline() for p in left]
+    print(f"pool reaped {time.monotonic() - t0:.1f} s after kill -9 of the kernel")
+    k.kc.stop_channels()
+    k.km.cleanup_resources()

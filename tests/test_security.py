@@ -1,0 +1,54 @@
+"""The pool listens on loopback only, keeps its secrets owner-readable, and refuses unsigned messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import ipyparallel as ipp
+import psutil
+import pytest
+from conftest import pool_processes
+
+
+def test_controller_and_engines_listen_on_loopback_only(pool):
+    listening = []
+    for p in pool_processes(pool.id):
+        if p.name() in ("prterun", "mpiexec", "prted"):
+            continue  # Open MPI's launcher daemon: its out-of-band channel is Open MPI's own (see README)
+        for c in p.net_connections(kind="inet"):
+            if c.status == psutil.CONN_LISTEN:
+                listening.append(c.laddr.ip)
+    assert listening, "the controller listens somewhere"
+    assert set(listening) <= {"127.0.0.1", "::1"}, listening
+
+
+def test_connection_and_state_files_are_owner_only(pool):
+    security = Path(pool.cluster.profile_dir) / "security"
+    files = list(security.glob(f"ipcontroller-{pool.id}-*.json"))
+    assert {f.name.rsplit("-", 1)[-1] for f in files} >= {"client.json", "engine.json"}
+    for f in [*files, pool.state_file]:
+        assert stat.S_IMODE(os.stat(f).st_mode) & 0o077 == 0, f"{f} is readable by others"
+
+
+def client_file(pool, tmp_path: Path, key: str | None) -> Path:
+    src = Path(pool.cluster.profile_dir) / "security" / f"ipcontroller-{pool.id}-client.json"
+    info = json.loads(src.read_text())
+    if key is not None:
+        info["key"] = key
+    dst = tmp_path / "client.json"
+    dst.write_text(json.dumps(info))
+    return dst
+
+
+def test_messages_need_the_pool_key(pool, tmp_path):
+    good = ipp.Client(str(client_file(pool, tmp_path, None)), timeout=10)
+    try:
+        assert len(good.ids) >= 2  # the same file with the right key works
+    finally:
+        good.close()
+    with pytest.raises((TimeoutError, OSError)):
+        bad = ipp.Client(str(client_file(pool, tmp_path, "0" * 32)), timeout=5)
+        bad.close()
