@@ -200,9 +200,11 @@ class Pool:
         env = {"PATH": bindir + os.pathsep + os.environ.get("PATH", ""), "JUPYTER_HVD_POOL": self.id}
         if os.geteuid() == 0:  # Open MPI refuses to run as root without both of these
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        if not self.options.cpu:
-            return env
-        env["CUDA_VISIBLE_DEVICES"] = ""
+        if not self.options.multi_host():
+            # One host: ranks talk through shared memory, and no MPI socket listens on the network.
+            env["OMPI_MCA_btl"] = "self,sm"
+        if self.options.cpu:
+            env["CUDA_VISIBLE_DEVICES"] = ""
         return env
 
     def _start_controller(self) -> None:
@@ -242,7 +244,6 @@ class Pool:
         env = self._launch_env()
         assert self.cluster is not None
         if opts.multi_host():
-            env.update(hosts.connection_env(self.cluster.profile_dir, self.id))
             ip = self.cluster.controller_ip
             mpi_args += hosts.mpiexec_args(opts.host_list(), opts.hostfile, ip, env) if not opts.slurm_nodes else []
         t0 = time.monotonic()
@@ -250,6 +251,10 @@ class Pool:
             launcher_kwargs = slurm.launcher_kwargs(opts, env, [find_mpiexec(), *mpi_args])
         else:
             launcher_kwargs = {"mpi_cmd": [find_mpiexec()], "mpi_args": mpi_args, "environment": env}
+        launcher_kwargs["engine_cmd"] = [sys.executable, "-m", "jupyter_hvd.engine.main"]
+        if not opts.multi_host():
+            # Local ranks are signalled by pid; a nanny per engine would only add a process to start.
+            launcher_kwargs["engine_args"] = ["--IPEngine.enable_nanny=False"]
         self._engine_set = self.cluster.start_engines_sync(n=opts.np, **launcher_kwargs)
         self._write_state("starting")
         if self.client is None:
