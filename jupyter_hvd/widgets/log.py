@@ -1,0 +1,108 @@
+"""The live view's log: engine output turned into lines the way a terminal shows them.
+
+Pure logic (no widgets). `\\r` rewrites the line being written, so a tqdm bar stays one line; `\\n` ends it.
+Only the last `max_lines` finished lines are kept; what the view has not received yet is handed out by
+`take_delta()`, so an update carries only new lines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+
+_BREAKS = re.compile(r"(\r\n|\n|\r)")
+
+
+@dataclass
+class _Partial:
+    text: str = ""
+    rewind: bool = False  # a `\r` came: the next text replaces the line
+
+
+@dataclass
+class LogDelta:
+    """What changed since the last delta: finished lines to append, and the lines still being written."""
+
+    append: list[tuple[str, str]] = field(default_factory=list)  # (text, stream)
+    partials: list[tuple[str, str]] = field(default_factory=list)
+    total: int = 0  # finished lines so far, shown or dropped
+
+    def as_message(self) -> dict[str, object]:
+        """The JSON the front end's log component applies."""
+        return {"append": self.append, "partials": self.partials, "total": self.total}
+
+
+class LogBuffer:
+    """Lines of one cell's output, from one or more ranks, capped to the last `max_lines`."""
+
+    def __init__(self, max_lines: int, prefix_ranks: bool = False) -> None:
+        self.max_lines = max_lines
+        self.prefix_ranks = prefix_ranks
+        self.lines: deque[tuple[str, str]] = deque(maxlen=max_lines)
+        self.total = 0
+        self._unsent: deque[tuple[str, str]] = deque(maxlen=max_lines)
+        self._partials: dict[tuple[int, str], _Partial] = {}
+        self._partials_changed = False
+
+    def feed(self, rank: int, stream: str, text: str) -> list[str]:
+        """Add output text; return the segments it finished (ended lines and rewritten bars), for parsing."""
+        part = self._partials.setdefault((rank, stream), _Partial())
+        finished: list[str] = []
+        for piece in _BREAKS.split(text):
+            if not piece:
+                continue
+            if piece in ("\n", "\r\n"):
+                self._commit(rank, stream, part.text)
+                finished.append(part.text)
+                part.text, part.rewind = "", False
+            elif piece == "\r":
+                part.rewind = True
+            else:
+                if part.rewind:
+                    if part.text:
+                        finished.append(part.text)
+                    part.text, part.rewind = piece, False
+                else:
+                    part.text += piece
+            self._partials_changed = True
+        return finished
+
+    def _commit(self, rank: int, stream: str, text: str) -> None:
+        line = (f"[rank {rank}] {text}" if self.prefix_ranks else text, stream)
+        self.lines.append(line)
+        self._unsent.append(line)
+        self.total += 1
+
+    def partial_lines(self) -> list[tuple[str, str]]:
+        """The lines still being written (a progress bar), one per rank and stream, in a stable order."""
+        return [
+            (f"[rank {rank}] {p.text}" if self.prefix_ranks else p.text, stream)
+            for (rank, stream), p in sorted(self._partials.items())
+            if p.text
+        ]
+
+    def take_delta(self) -> LogDelta | None:
+        """New finished lines and current partial lines since the last call; None when nothing changed."""
+        if not self._unsent and not self._partials_changed:
+            return None
+        delta = LogDelta(list(self._unsent), self.partial_lines(), self.total)
+        self._unsent.clear()
+        self._partials_changed = False
+        return delta
+
+    def snapshot(self) -> LogDelta:
+        """Everything still kept, for a view that starts from nothing."""
+        return LogDelta(list(self.lines), self.partial_lines(), self.total)
+
+    def finish(self) -> None:
+        """The cell ended: lines still being written count as finished."""
+        for (rank, stream), p in sorted(self._partials.items()):
+            if p.text:
+                self._commit(rank, stream, p.text)
+                p.text = ""
+                self._partials_changed = True
+
+    def tail(self, n: int) -> list[str]:
+        """The last `n` finished lines' text."""
+        return [text for text, _ in list(self.lines)[-n:]]

@@ -1,0 +1,89 @@
+// The live view's log component: ANSI colours, capped lines with a dropped count, progress bars in place.
+import { describe, expect, it } from "vitest";
+import { LogModel, LogView, ansiToHtml } from "../../jupyter_hvd/widgets/static/live_view.js";
+
+describe("ansiToHtml", () => {
+  it("keeps colours as spans and escapes HTML", () => {
+    const html = ansiToHtml("\x1b[31mred <b>\x1b[0m plain \x1b[1;32mbold green\x1b[0m");
+    expect(html).toContain('<span style="color:#e75c58">red &lt;b&gt;</span>');
+    expect(html).toContain(" plain ");
+    expect(html).toContain('<span style="color:#00a250;font-weight:bold">bold green</span>');
+  });
+
+  it("handles 256-colour and truecolour codes and drops cursor movement", () => {
+    expect(ansiToHtml("\x1b[38;5;196mx")).toContain("color:rgb(255,0,0)");
+    expect(ansiToHtml("\x1b[38;2;1;2;3mx")).toContain("color:rgb(1,2,3)");
+    expect(ansiToHtml("\x1b[Aup\x1b[2K")).toBe("up");
+  });
+});
+
+function delta(lines, partials = [], total = null) {
+  return { append: lines.map((t) => [t, "stdout"]), partials: partials.map((t) => [t, "stderr"]), total };
+}
+
+describe("LogModel", () => {
+  it("keeps the last N lines and counts the dropped ones", () => {
+    const log = new LogModel(3);
+    const change = log.apply(delta(["a", "b", "c", "d", "e"], [], 5));
+    expect(log.lines.map((l) => l[0])).toEqual(["c", "d", "e"]);
+    expect(log.dropped).toBe(2);
+    expect(change).toEqual({ reset: false, appended: 3, removed: 2 });
+  });
+
+  it("counts lines the engine dropped before they reached the view", () => {
+    const log = new LogModel(10);
+    log.apply(delta(["x"], [], 51));
+    expect(log.dropped).toBe(50);
+  });
+});
+
+describe("LogView", () => {
+  it("appends line elements without re-rendering the old ones", () => {
+    const el = document.createElement("div");
+    const log = new LogModel(100);
+    const view = new LogView(el, log);
+    view.update(log.apply(delta(["one", "two"], [], 2)));
+    const first = el.querySelector(".jhvd-line");
+    view.update(log.apply(delta(["three"], [], 3)));
+    expect([...el.querySelectorAll(".jhvd-log-lines .jhvd-line")].map((d) => d.textContent)).toEqual([
+      "one",
+      "two",
+      "three",
+    ]);
+    expect(el.querySelector(".jhvd-line")).toBe(first);
+  });
+
+  it("shows a progress bar as one line that is rewritten in place", () => {
+    const el = document.createElement("div");
+    const log = new LogModel(100);
+    const view = new LogView(el, log);
+    for (let i = 0; i <= 100; i += 10) view.update(log.apply(delta([], [`${i}%|####| ${i}/100`], 0)));
+    const bars = el.querySelectorAll(".jhvd-partial");
+    expect(bars.length).toBe(1);
+    expect(bars[0].textContent).toBe("100%|####| 100/100");
+    expect(bars[0].classList.contains("jhvd-stderr")).toBe(true);
+  });
+
+  it("caps the lines and says how many were dropped", () => {
+    const el = document.createElement("div");
+    const log = new LogModel(5);
+    const view = new LogView(el, log);
+    let total = 0;
+    for (let batch = 0; batch < 4; batch++) {
+      const lines = Array.from({ length: 4 }, (_, i) => `line ${batch * 4 + i}`);
+      total += lines.length;
+      view.update(log.apply(delta(lines, [], total)));
+    }
+    const shown = [...el.querySelectorAll(".jhvd-log-lines .jhvd-line")].map((d) => d.textContent);
+    expect(shown).toEqual(["line 11", "line 12", "line 13", "line 14", "line 15"]);
+    expect(el.querySelector(".jhvd-log-dropped").textContent).toContain("11 earlier lines not shown");
+  });
+
+  it("renders colours of a line", () => {
+    const el = document.createElement("div");
+    const log = new LogModel(5);
+    const view = new LogView(el, log);
+    view.update(log.apply(delta(["\x1b[32mok\x1b[0m"], [], 1)));
+    expect(el.querySelector(".jhvd-line span").style.color).toBeTruthy();
+  });
+});
