@@ -11,6 +11,7 @@ from IPython.core.inputtransformer2 import TransformerManager
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from ..widgets import view_for_cell
 from . import pool as pools
 from . import timeline as hvd_timeline
 from .cell import CellOptions, run_cell
@@ -95,6 +96,9 @@ class HvdMagics(Magics):
     @magic_arguments()
     @argument("--ranks", default="0", help="whose output to show: 0 (default), all, or a list like 0,2")
     @argument("--log-lines", type=int, default=10_000, metavar="N", help="lines of output shown per rank and cell")
+    @argument("--plot", default="loss", metavar="METRICS", help="metrics plotted live, e.g. loss,acc (default: loss)")
+    @argument("--no-plot", action="store_true", help="live log and status only, no plot")
+    @argument("--batch-size", type=int, default=None, metavar="N", help="samples per step per rank, for samples/s")
     @argument(
         "--timeline",
         nargs="?",
@@ -120,7 +124,9 @@ class HvdMagics(Magics):
         source = _transform.transform_cell(cell)
         # A syntax error is raised here, before anything is shipped; IPython shows it without our frames.
         compile(source, "<hvd cell>", "exec")
-        options = CellOptions(show_ranks=show, log_lines=args.log_lines)
+        plots = [] if args.no_plot else [p.strip() for p in args.plot.split(",") if p.strip()]
+        live = view_for_cell(self.shell, len(pool.ranks), show, args.log_lines, plots, args.batch_size)
+        options = CellOptions(show_ranks=show, log_lines=args.log_lines, live=live)
         if args.timeline is not None:
             return hvd_timeline.record(pool, args.timeline, lambda: run_cell(pool, source, options))
         return run_cell(pool, source, options)
