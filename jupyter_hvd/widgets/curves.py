@@ -96,7 +96,7 @@ class Curves:
         """Metrics read from a printed line; ignored for metrics that `report()` already sends."""
         if not parsed:
             if parsed.step is not None:
-                self._at_step(now or time.time(), parsed.step)
+                self._at_step(now if now is not None else time.time(), parsed.step)
             return
         x = parsed.step if parsed.step is not None else parsed.epoch
         if parsed.total is not None and self.total is None:
@@ -110,7 +110,7 @@ class Curves:
             curve.add(x, value)
             self.latest[name] = value
         if parsed.step is not None:
-            self._at_step(now or time.time(), parsed.step)
+            self._at_step(now if now is not None else time.time(), parsed.step)
         self.changed = True
 
     def _at_step(self, t: float, step: float) -> None:

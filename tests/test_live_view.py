@@ -1,0 +1,312 @@
+"""The live training view of a `%%hvd` cell: in a real kernel on a real 2-rank pool, and its pure logic."""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from conftest import Kernel
+
+from jupyter_hvd.metrics import parse_line
+from jupyter_hvd.widgets.curves import Curves
+from jupyter_hvd.widgets.log import LogBuffer
+
+# ---- pure logic ------------------------------------------------------------------------------------------------
+
+
+def test_a_tqdm_bar_stays_one_line_and_finished_lines_are_capped() -> None:
+    log = LogBuffer(max_lines=5)
+    finished = []
+    for i in range(101):
+        finished += log.feed(0, "stderr", f"\r{i:3d}%|{'#' * (i // 10):10s}| {i}/100")
+    log.feed(0, "stdout", "".join(f"epoch {e} done\n" for e in range(8)))
+    delta = log.take_delta()
+    assert delta is not None
+    assert delta.partials == [("100%|##########| 100/100", "stderr")]  # the bar: one line, its latest state
+    assert [text for text, _ in delta.append] == [f"epoch {e} done" for e in range(3, 8)]  # the last 5
+    assert delta.total == 8
+    assert len(finished) == 100  # each rewritten bar state was handed out once, for parsing
+    assert log.take_delta() is None  # nothing new: nothing to send
+
+
+def test_carriage_return_newline_ends_a_line_and_other_ranks_are_prefixed() -> None:
+    log = LogBuffer(max_lines=10, prefix_ranks=True)
+    log.feed(1, "stdout", "a\r\nb")
+    log.feed(1, "stdout", "c\n")
+    assert [text for text, _ in log.take_delta().append] == ["[rank 1] a", "[rank 1] bc"]
+
+
+def test_explicit_reports_replace_the_curve_parsed_from_prints() -> None:
+    curves = Curves(ranks=2)
+    curves.add_printed(parse_line("step 1 loss=5.0 acc=0.1"))
+    curves.add_printed(parse_line("step 2 loss=4.0 acc=0.2"))
+    curves.add_reports(0, [{"t": 1.0, "step": 2.0, "m": {"loss": 0.5}}])
+    curves.add_printed(parse_line("step 3 loss=3.0 acc=0.3"))
+    loss, acc = curves.curves["loss"], curves.curves["acc"]
+    assert (loss.source, loss.xs, loss.ys, loss.reset) == ("report", [2.0], [0.5], True)
+    assert acc.ys == [0.1, 0.2, 0.3]  # not reported: printed values still count
+
+
+def test_printed_steps_that_restart_each_epoch_keep_the_x_axis_increasing() -> None:
+    curves = Curves(ranks=1)
+    for epoch in range(2):
+        for step in (100, 200, 300):
+            curves.add_printed(parse_line(f"Epoch [{epoch + 1}/2], Step [{step}/300], Loss: 0.5"))
+    assert curves.curves["loss"].xs == [100, 200, 300, 400, 500, 600]
+
+
+def test_samples_per_second_adds_up_every_rank() -> None:
+    curves = Curves(ranks=2)
+    for rank in (0, 1):
+        curves.add_reports(rank, [{"t": t / 10, "step": float(t), "samples": 32, "m": {}} for t in range(11)])
+    assert curves.samples_per_second() == pytest.approx(2 * 320)
+    declared = Curves(ranks=2, batch_size=16)
+    for t in range(11):
+        declared.add_printed(parse_line(f"step {t} loss=1"), now=t / 10)
+    assert declared.samples_per_second() == pytest.approx(10 * 16 * 2)
+    assert declared.eta_seconds() is None  # no total known
+
+
+def test_updates_are_coalesced_and_carry_every_point_and_line_once(capsys: pytest.CaptureFixture[str]) -> None:
+    from jupyter_hvd.widgets.live_view import UPDATES_PER_S, LiveView
+
+    view = LiveView(ranks=2, show_ranks=[0], log_lines=100_000, plots=["loss"])
+    sent: list[tuple[float, dict[str, Any], list[bytes]]] = []
+    view.widget.send = lambda content, buffers=None: sent.append((time.monotonic(), content, buffers or []))
+    t0 = time.monotonic()
+    for i in range(3000):
+        view.output(0, "stdout", f"step {i} loss={1 / (i + 1):.6f}\n")
+        if i % 3 == 0:
+            view.metrics(1, [{"t": time.time(), "samples": 8, "m": {"loss": 9.0}}])  # rank 1: not plotted
+        time.sleep(0.0005)
+    view.close(ok=True)
+    elapsed = time.monotonic() - t0
+    assert len(sent) <= elapsed * UPDATES_PER_S + 2
+    xs, lines = [], []
+    for _, content, buffers in sent:
+        for k, curve in enumerate(content["curves"]):
+            assert curve["start"] == len(xs)  # each point crosses the wire once, in order
+            xs += array("d", buffers[2 * k])
+        if content["log"]:
+            lines += [text for text, _ in content["log"]["append"]]
+    assert xs == list(range(3000))
+    assert lines == [f"step {i} loss={1 / (i + 1):.6f}" for i in range(3000)]
+    assert sent[-1][1]["status"]["state"] == "done"
+    capsys.readouterr()
+
+
+def test_report_batches_records_off_the_training_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ipyparallel.datapub
+
+    from jupyter_hvd.engine import report as engine_report
+
+    published: list[list[dict[str, Any]]] = []
+    monkeypatch.setattr(ipyparallel.datapub, "publish_data", lambda data: published.append(data[METRICS_KEY]))
+    t0 = time.monotonic()
+    for step in range(300):
+        engine_report.report(step=step, loss=1.0 / (step + 1), samples=4, acc=0.5)
+        time.sleep(0.002)
+    engine_report.flush()
+    elapsed = time.monotonic() - t0
+    records = [r for batch in published for r in batch]
+    assert [r["step"] for r in records] == list(range(300))
+    assert records[10]["m"] == {"acc": 0.5, "loss": pytest.approx(1 / 11)} and records[10]["samples"] == 4
+    assert len(published) <= elapsed * engine_report.PUBLISH_HZ + 2
+
+
+def test_report_rejects_what_is_not_a_number() -> None:
+    from jupyter_hvd import report
+
+    with pytest.raises(TypeError, match=r"report\(loss=...\) needs a number"):
+        report(step=1, loss="low")
+
+
+METRICS_KEY = "jupyter_hvd.metrics"
+
+
+def test_engine_and_kernel_agree_on_the_metrics_key() -> None:
+    from jupyter_hvd.engine.report import METRICS_KEY as engine_key
+    from jupyter_hvd.kernel.cell import METRICS_KEY as kernel_key
+
+    assert engine_key == kernel_key == METRICS_KEY
+
+
+# ---- a real kernel and a real 2-rank pool ----------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """Everything one cell sent on IOPub, with arrival times."""
+
+    messages: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    ended: float = 0.0
+
+    def of(self, kind: str) -> list[tuple[float, dict[str, Any]]]:
+        return [(t, m) for t, m in self.messages if m["msg_type"] == kind]
+
+    @property
+    def updates(self) -> list[tuple[float, dict[str, Any], list[Any]]]:
+        out = []
+        for t, m in self.of("comm_msg"):
+            data = m["content"]["data"]
+            if data.get("method") == "custom" and data["content"].get("type") == "update":
+                out.append((t, data["content"], m.get("buffers") or []))
+        return out
+
+    def points(self, name: str) -> tuple[list[float], list[float]]:
+        xs: list[float] = []
+        ys: list[float] = []
+        for _, content, buffers in self.updates:
+            for k, curve in enumerate(content["curves"]):
+                if curve["name"] != name:
+                    continue
+                if curve["reset"]:
+                    xs, ys = [], []
+                xs += array("d", bytes(buffers[2 * k]))
+                ys += array("d", bytes(buffers[2 * k + 1]))
+        return xs, ys
+
+    @property
+    def stdout(self) -> str:
+        return "".join(m["content"]["text"] for _, m in self.of("stream") if m["content"]["name"] == "stdout")
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return [m["content"] for _, m in self.of("error")]
+
+
+class LiveKernel:
+    def __init__(self, kernel: Kernel) -> None:
+        self.k = kernel
+
+    def run(self, code: str, timeout: float = 180.0) -> Run:
+        msg_id = self.k.kc.execute(code)
+        run = Run()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = self.k.kc.get_iopub_msg(timeout=1.0)
+            except Exception:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            run.messages.append((time.monotonic(), msg))
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                run.ended = time.monotonic()
+                return run
+        raise TimeoutError(f"cell did not finish within {timeout} s: {code[:80]!r}")
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[LiveKernel]:
+    """A real kernel whose %%hvd cells show the live widget, with a 2-rank pool; both stopped afterwards."""
+    k = Kernel(extra_env={"JUPYTER_HVD_LIVE_VIEW": "widget"})
+    lk = LiveKernel(k)
+    try:
+        started = lk.run("%load_ext jupyter_hvd\n%hvd_start -np 2")
+        assert not started.errors, started.errors
+        yield lk
+    finally:
+        try:
+            lk.run("%hvd_stop", timeout=60)
+        finally:
+            k.shutdown()
+
+
+TRAIN = """%%hvd {options}
+import sys, time
+from jupyter_hvd import report
+for step in range({steps}):
+    time.sleep(0.02)
+    report(step=step, loss=(rank + 1) * 10.0 / (step + 1), samples=16{average})
+    sys.stderr.write(f"\\r{{step + 1}}/{steps} [{{'#' * (step * 20 // {steps}):20s}}]")
+    if step % 25 == 0:
+        print(f"\\x1b[32mstep {{step}}\\x1b[0m", flush=True)
+print("done")
+"""
+
+
+def test_the_plot_grows_while_the_cell_runs_and_the_log_keeps_up(live: LiveKernel) -> None:
+    run = live.run(TRAIN.format(options="", steps=150, average=""))
+    assert not run.errors, run.errors
+    updates = run.updates
+    assert updates, "no live updates were sent"
+    first_point = next(t for t, content, _ in updates if content["curves"])
+    assert run.ended - first_point > 1.5, "points only arrived at the end of the cell"
+    xs, ys = run.points("loss")
+    assert xs == list(range(150))  # every step, once, in order
+    assert ys == pytest.approx([10.0 / (s + 1) for s in range(150)])  # rank 0's values
+    span = updates[-1][0] - updates[0][0]
+    assert len(updates) <= span * 20 + 3, f"{len(updates)} updates in {span:.1f} s"
+    appended = [text for _, c, _ in updates if c["log"] for text, _ in c["log"]["append"]]
+    assert [a for a in appended if "step" in a] == [f"\x1b[32mstep {s}\x1b[0m" for s in range(0, 150, 25)]
+    assert not [a for a in appended if "/150 [" in a][:-1], "the progress bar became many lines"
+    bars = [c["log"]["partials"] for _, c, _ in updates if c["log"] and c["log"]["partials"]]
+    assert len(bars) > 5 and all(len(b) == 1 for b in bars)  # one line, rewritten in place
+    status = updates[-1][1]["status"]
+    assert status["state"] == "done" and status["ranks"] == 2 and status["step"] == 149
+    assert status["samples_per_s"] > 0
+    assert run.stdout == "", "output went to the plain stream as well as the live view"
+    widget_outputs = [m for _, m in run.of("display_data")]
+    assert "application/vnd.jupyter.widget-view+json" in widget_outputs[0]["content"]["data"]
+    static = widget_outputs[-1]["content"]["data"]
+    assert "data:image/svg+xml;base64," in static["text/html"] and "done" in static["text/plain"]
+
+
+def test_average_true_plots_the_mean_of_the_ranks(live: LiveKernel) -> None:
+    run = live.run(TRAIN.format(options="", steps=20, average=", average=True"))
+    assert not run.errors, run.errors
+    xs, ys = run.points("loss")
+    assert xs == list(range(20))
+    # rank 0 reports 10/(s+1), rank 1 reports 20/(s+1): their mean.
+    assert ys == pytest.approx([15.0 / (s + 1) for s in range(20)])
+
+
+def test_printed_metrics_plot_with_no_code_change(live: LiveKernel) -> None:
+    code = (
+        "%%hvd --plot loss,acc\nimport time\nfor epoch in range(6):\n"
+        "    time.sleep(0.05)\n    print(f'Epoch {epoch}: loss={1 / (epoch + 1):.3f} acc={epoch / 10:.2f}')\n"
+    )
+    run = live.run(code)
+    assert run.points("loss") == ([0, 1, 2, 3, 4, 5], pytest.approx([1, 0.5, 0.333, 0.25, 0.2, 0.167]))
+    assert run.points("acc")[1] == pytest.approx([0, 0.1, 0.2, 0.3, 0.4, 0.5])
+
+
+def test_no_plot_sends_the_log_but_no_points(live: LiveKernel) -> None:
+    run = live.run("%%hvd --no-plot\nprint('loss=1.0')\nprint('loss=0.5')")
+    assert all(not c["curves"] for _, c, _ in run.updates)
+    assert [t for _, c, _ in run.updates if c["log"] for t, _ in c["log"]["append"]] == ["loss=1.0", "loss=0.5"]
+
+
+def test_the_saved_notebook_shows_the_final_curve_without_widgets(live: LiveKernel) -> None:
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    source = TRAIN.format(options="", steps=30, average="")
+    run = live.run(source)
+    outputs = [
+        nbformat.v4.new_output("display_data", data=m["content"]["data"], metadata=m["content"]["metadata"])
+        for _, m in run.of("display_data")
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source, outputs=outputs)])
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    assert "data:image/svg+xml;base64," in html  # the curve
+    assert "30/30 [" in html and "done" in html  # the end of the log
+    assert "finished · 2 ranks · step 29" in html  # the status
+
+
+def test_a_kernel_without_a_widget_front_end_streams_text_and_keeps_a_final_plot(live: LiveKernel) -> None:
+    live.run("%env JUPYTER_HVD_LIVE_VIEW=text")
+    try:
+        run = live.run(TRAIN.format(options="", steps=40, average=""))
+    finally:
+        live.run("%env JUPYTER_HVD_LIVE_VIEW=widget")
+    assert not run.updates and not run.of("comm_open")
+    assert "step 25" in run.stdout and "done" in run.stdout
+    (final,) = [m["content"]["data"] for _, m in run.of("display_data")]
+    assert "data:image/svg+xml;base64," in final["text/html"]
+    assert "loss" in final["text/plain"]
