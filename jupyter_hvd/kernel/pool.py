@@ -32,6 +32,12 @@ log = logging.getLogger("jupyter_hvd")
 
 OPS = ("auto", "nccl", "mpi", "gloo")
 
+# ipyparallel's launchers would print engine logs into whichever cell is running when mpiexec exits (a stop
+# is such an exit); what matters of mpiexec's output reaches the user through PoolError and death_report.
+_launcher_log = logging.getLogger("jupyter_hvd.launcher")
+_launcher_log.addHandler(logging.NullHandler())
+_launcher_log.propagate = False
+
 
 @dataclass
 class PoolOptions:
@@ -217,7 +223,7 @@ class Pool:
             controller_ip=self.controller_ip(),
             controller_args=hosts.MULTI_HOST_CONTROLLER_ARGS if self.options.multi_host() else [],
             delay=0,
-            log_level=logging.WARNING,
+            log=_launcher_log,
             engine_timeout=int(self.options.timeout),
             shutdown_atexit=True,
         )
