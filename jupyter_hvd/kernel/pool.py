@@ -170,6 +170,7 @@ class Pool:
         self.lock = threading.RLock()  # held while a cell runs or the pool restarts/stops
         self.pending_action: str | None = None  # a sidebar restart/stop that waits for the running cell to end
         self.rank_stats: dict[int, dict[str, Any]] = {}
+        self._retired_ids: set[int] = set()  # engines of before a restart, which the controller may still list
         self._state_lock = threading.Lock()
         self._pool_state = "starting"
         self.watcher: PoolWatcher | None = None
@@ -267,7 +268,12 @@ class Pool:
             self.client = self.cluster.connect_client_sync()
         if opts.slurm_nodes:
             slurm.wait_for_job(self._engine_launcher(), opts.timeout)
-        self._wait_for_engines(t0)
+        try:
+            self._wait_for_engines(t0)
+        except PoolError as exc:
+            if opts.multi_host():  # name the host that did not come up, and how to go on without it
+                exc.hint += hosts.unreachable_hint(self.mpiexec_output(200), opts.host_list())
+            raise
         self._bootstrap(env, "cpu" if opts.cpu else "auto")
         self._write_state("idle")
 
@@ -275,33 +281,33 @@ class Pool:
         assert self.cluster is not None
         return self.cluster.engines.get(self._engine_set) if self._engine_set else None
 
+    def new_engine_ids(self) -> list[int]:
+        """Registered engines of this pool that were not retired by a restart."""
+        assert self.client is not None
+        return sorted(set(self.client.ids) - self._retired_ids)
+
     def _wait_for_engines(self, t0: float) -> None:
         """Wait for all engines to register, failing early (with mpiexec's words) if mpiexec exits."""
-        assert self.client is not None
         want = self.options.np
-        fut = self.client.wait_for_engines(want, timeout=self.options.timeout, block=False, interactive=False)
-        while True:
-            try:
-                fut.result(timeout=0.2)
-                return
-            except TimeoutError:
-                if fut.done():
-                    raise PoolError(
-                        f"Only {len(self.client.ids)} of {want} engines registered within {self.options.timeout:g} s.",
-                        "Raise --timeout, or look at the mpiexec output below.\n" + self.mpiexec_output(),
-                    ) from None
-            except Exception as exc:
-                raise PoolError(f"Waiting for engines failed: {exc}", self.mpiexec_output()) from None
-            launcher = self._engine_launcher()
-            if launcher is not None and launcher.state == "after":
+        deadline = t0 + self.options.timeout
+        # Our own wait: after a restart the controller may still list the old engines for a while.
+        while len(self.new_engine_ids()) < want:
+            if not self.mpiexec_alive() and self._engine_launcher() is not None:
                 raise PoolError(
                     f"mpiexec exited before all {want} engines started (after {time.monotonic() - t0:.1f} s).",
                     "mpiexec said:\n" + self.mpiexec_output(),
                 )
+            if time.monotonic() > deadline:
+                got = len(self.new_engine_ids())
+                raise PoolError(
+                    f"Only {got} of {want} engines registered within {self.options.timeout:g} s.",
+                    "Raise --timeout, or look at the mpiexec output below.\n" + self.mpiexec_output(),
+                )
+            time.sleep(0.05)
 
     def _bootstrap(self, env: dict[str, str], device: str) -> None:
         assert self.client is not None
-        ids = sorted(self.client.ids)[-self.options.np :]
+        ids = self.new_engine_ids()[: self.options.np]
         view = self.client[ids]
         ar = view.apply_async(bootstrap.start, {**self.options.horovod_env(), **env}, device)
         try:
@@ -354,16 +360,13 @@ class Pool:
         """Replace every engine with a fresh one (same options); Horovod is initialised again."""
         assert self.cluster is not None and self.client is not None
         self._write_state("restarting")
-        old_ids = set(self.client.ids)
+        self._retired_ids |= set(self.client.ids)
         if self._engine_set:
             try:
                 self.cluster.stop_engines_sync(self._engine_set)
             except Exception as exc:  # already dead engines are fine
                 log.debug("stopping engines: %s", exc)
         self._kill_rank_processes()
-        deadline = time.monotonic() + 10
-        while set(self.client.ids) & old_ids and time.monotonic() < deadline:
-            time.sleep(0.05)
         self.ranks = []
         self.rank_stats = {}
         self.view = None
@@ -449,6 +452,8 @@ class Pool:
                 victims += [p, *p.children(recursive=True)]
             except psutil.Error:
                 pass
+        if self.options.multi_host():
+            victims += hosts.launch_processes(self.id)  # ssh clients left by an mpiexec that was killed
         state.kill_processes(victims)
 
     def engine_ids(self) -> list[int]:
@@ -495,7 +500,14 @@ class Pool:
 
     def mpiexec_alive(self) -> bool:
         launcher = self._engine_launcher()
-        return launcher is not None and launcher.state == "running"
+        if launcher is None or launcher.state != "running":
+            return False
+        # ipyparallel learns of mpiexec's exit on an event loop that does not run between sync calls: ask the OS.
+        process = getattr(launcher, "process", None)
+        try:
+            return process is None or process.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
 
     def mpiexec_output(self, limit: int = 40) -> str:
         """The last lines mpiexec printed (its error messages name dead ranks and signals)."""
