@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import shlex
 import socket
 from dataclasses import dataclass
@@ -19,7 +20,10 @@ import psutil
 # A command that replaces ssh for mpiexec (Open MPI 5 passes it as `--prtemca plm_ssh_agent`).
 LAUNCH_AGENT_ENV = "JUPYTER_HVD_LAUNCH_AGENT"
 # Variables every remote engine needs besides the pool's own environment; mpiexec forwards only what `-x` names.
-FORWARDED = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "IPP_CLUSTER_ID", "IPP_PROFILE_DIR")
+FORWARDED = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV")
+# ipyparallel puts these in mpiexec's environment: the controller's address and key travel in IPP_CONNECTION_INFO,
+# so remote hosts need no shared home directory.
+FROM_LAUNCHER = ("IPP_CONNECTION_INFO", "IPP_CLUSTER_ID", "IPP_PROFILE_DIR")
 FORWARDED_PREFIXES = ("HOROVOD_", "NCCL_", "JUPYTER_HVD_", "IPP_")
 
 
@@ -159,7 +163,7 @@ def launch_agent() -> str:
 
 def forwarded_keys(env: dict[str, str]) -> list[str]:
     """Names of the variables remote engines must receive: the pool's environment plus the process's own."""
-    keys = set(env)
+    keys = set(env) | set(FROM_LAUNCHER)
     keys.update(k for k in FORWARDED if k in os.environ or k in env)
     keys.update(k for k in os.environ if k.startswith(FORWARDED_PREFIXES))
     return sorted(keys)
@@ -234,15 +238,6 @@ def is_this_host(name: str) -> bool:
 MULTI_HOST_CONTROLLER_ARGS = ["--ping=1000", "--HeartMonitor.max_heartmonitor_misses=5"]
 
 
-def connection_env(profile_dir: str, cluster_id: str) -> dict[str, str]:
-    """The engines' connection file as $IPP_CONNECTION_INFO: remote hosts need no shared home directory."""
-    path = Path(profile_dir) / "security" / f"ipcontroller-{cluster_id}-engine.json"
-    try:
-        return {"IPP_CONNECTION_INFO": path.read_text()}
-    except OSError:
-        return {}
-
-
 def outward_ip() -> str:
     """This host's address on its default route (for engines whose hosts are not known yet, e.g. a SLURM job)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -251,3 +246,34 @@ def outward_ip() -> str:
             return str(s.getsockname()[0])
         except OSError:
             raise ValueError("This host has no default route, so no address for the controller can be chosen") from None
+
+
+def launch_processes(pool_id: str) -> list[psutil.Process]:
+    """Processes on this host that mpiexec started for pool `pool_id` and may outlive it: ssh clients (or the
+    launch agent) to hosts that stopped answering. They carry the pool's id in $JUPYTER_HVD_POOL."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("JUPYTER_HVD_POOL") == pool_id:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def unreachable_hint(mpiexec_output: str, hosts: list[Host]) -> str:
+    """What to do when mpiexec could not start its daemon on some host (down, unreachable, or no ssh)."""
+    named = re.findall(r"Remote host:\s*(\S+)", mpiexec_output)
+    lost = sorted(set(named)) or [h.name for h in hosts if not is_local(h.name)]
+    if not lost:
+        return ""
+    others = [h for h in hosts if h.name not in lost]
+    hint = (
+        f"\n{', '.join(lost)} did not start its engines: check that it is up and that this host reaches it "
+        "(ssh without a password, the controller's ports and MPI's ports open), then type %hvd_restart."
+    )
+    if others:
+        spec = ",".join(f"{h.name}:{h.slots}" if h.slots else h.name for h in others)
+        n = total_slots(others)
+        hint += f" To go on without it: %hvd_stop, then %hvd_start{f' -np {n}' if n else ''} -H {spec}"
+    return hint

@@ -13,6 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from ..widgets import view_for_cell
 from . import pool as pools
+from . import slurm
 from . import timeline as hvd_timeline
 from .cell import CellOptions, run_cell
 from .ranks import parse_ranks
@@ -41,7 +42,20 @@ class HvdMagics(Magics):
 
     @line_magic
     @magic_arguments()
-    @argument("-np", type=int, default=2, help="number of ranks (one engine each; one GPU each where GPUs exist)")
+    @argument(
+        "-np",
+        type=int,
+        default=None,
+        help="number of ranks, one engine each (default: the SLURM allocation, the hosts' slots, or 2)",
+    )
+    @argument("-H", "--hosts", default="", metavar="HOST:SLOTS,...", help="hosts for the ranks: server1:4,server2:4")
+    @argument("--hostfile", default="", metavar="FILE", help="Open MPI hostfile (`host slots=N` per line)")
+    @argument("--ip", default="", help="address the controller listens on (default: the route to the hosts)")
+    @argument("--slurm", action="store_true", help="submit the engines as a SLURM job (with -N, --gpus-per-node)")
+    @argument("-N", "--nodes", type=int, default=0, help="nodes of the --slurm job")
+    @argument("--gpus-per-node", type=int, default=0, help="GPUs per node of the --slurm job (one rank each)")
+    @argument("--partition", default="", help="SLURM partition of the --slurm job")
+    @argument("--time", default="", help="time limit of the --slurm job (SLURM syntax, e.g. 1:00:00)")
     @argument("--timeout", type=float, default=120.0, help="seconds to wait for engines and hvd.init()")
     @argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="environment for the engines (repeatable)"
@@ -70,8 +84,25 @@ class HvdMagics(Magics):
                 f"A pool of {existing.options.np} ranks is already running. "
                 "Use %hvd_restart to restart it, or %hvd_stop and then %hvd_start."
             )
+        if args.slurm and args.nodes < 1:
+            raise UsageError("--slurm needs the number of nodes: %hvd_start --slurm -N 2 --gpus-per-node 4")
+        try:
+            np, hosts, note = slurm.choose_ranks(
+                args.np, args.hosts, args.hostfile, args.nodes if args.slurm else 0, args.gpus_per_node
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if note:
+            print(note, flush=True)
         options = pools.PoolOptions(
-            np=args.np,
+            np=np,
+            hosts=hosts,
+            hostfile=args.hostfile,
+            ip=args.ip,
+            slurm_nodes=args.nodes if args.slurm else 0,
+            gpus_per_node=args.gpus_per_node,
+            partition=args.partition,
+            time_limit=args.time,
             timeout=args.timeout,
             env=dict(_env_pair(e) for e in args.env),
             cycle_time_ms=args.cycle_time,

@@ -173,6 +173,8 @@ class Pool:
         self._retired_ids: set[int] = set()  # engines of before a restart, which the controller may still list
         self._state_lock = threading.Lock()
         self._pool_state = "starting"
+        self._processes: list[dict[str, Any]] = []
+        self._identity = state.kernel_identity()
         self.watcher: PoolWatcher | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
@@ -548,9 +550,15 @@ class Pool:
     # ---- state shared with the Jupyter server -------------------------------------------------------------
 
     def _write_state(self, pool_state: str | None = None) -> None:
+        """Write the state file now, with a fresh process list (lifecycle changes: the reaper relies on it)."""
+        if pool_state is not None:
+            self._pool_state = pool_state
+        self._processes = self.processes()
+        self.write_state_file()
+
+    def write_state_file(self) -> None:
+        """Write the state file as the pool is now (the watcher calls this; it is off the cells' hot path)."""
         with self._state_lock:
-            if pool_state is not None:
-                self._pool_state = pool_state
             ranks = [{**asdict(r), **self.rank_stats.get(r.rank, {})} for r in self.ranks]
             state.write_pool(
                 self.state_file,
@@ -563,25 +571,33 @@ class Pool:
                     "backend": self.ranks[0].tensor_ops if self.ranks else "",
                     "hosts": sorted({r.host for r in self.ranks}),
                     "ranks": ranks,
-                    "processes": self.processes(),
+                    "processes": self._processes,
                     "cell": self.busy_cell,
-                    **state.kernel_identity(),
+                    **self._identity,
                 },
             )
 
-    def update_rank_stats(self, stats: dict[int, dict[str, Any]]) -> None:
+    def _publish(self) -> None:
+        # The watcher writes the file within milliseconds; a cell never waits for file IO.
+        if self.watcher is not None and self.watcher.is_alive():
+            self.watcher.poke()
+        else:
+            self.write_state_file()
+
+    def update_rank_stats(self, stats: dict[int, dict[str, Any]], publish: bool = True) -> None:
         """Merge per-rank measurements (CPU, memory, step, loss, last line...) and publish them."""
         for rank, values in stats.items():
             self.rank_stats.setdefault(rank, {}).update(values)
-        if self.client is not None:
-            self._write_state()
+        if publish and self.client is not None:
+            self._publish()
 
     def set_state(self, pool_state: str, cell: str | None = None) -> None:
         """Record what the pool is doing (idle, running a cell, ...) for the sidebar."""
         self.busy_cell = cell
+        self._pool_state = pool_state
         for r in self.ranks:
             r.state = "busy" if pool_state == "running" else "idle"
-        self._write_state(pool_state)
+        self._publish()
 
     # ---- presentation --------------------------------------------------------------------------------------
 

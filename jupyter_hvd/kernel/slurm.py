@@ -236,3 +236,29 @@ def wait_for_job(launcher: Any, timeout: float) -> None:
             )
         time.sleep(POLL_S)
         sys.stdout.flush()
+
+
+def choose_ranks(
+    np: int | None, hosts_spec: str, hostfile: str, nodes: int, gpus: int, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """-np and -H for `%hvd_start`: as given; else the SLURM allocation this kernel runs in; else the slots of
+    the hosts, or nodes x GPUs of a --slurm job; else 2. Returns (np, hosts, a note for the user or "")."""
+    from .hosts import pool_hosts, total_slots
+
+    if np is not None:
+        return np, hosts_spec, ""
+    if hosts_spec or hostfile:
+        slots = total_slots(pool_hosts(hosts_spec, hostfile))
+        if slots is None:
+            raise ValueError("The hostfile leaves some slot counts open: give -np")
+        return slots, hosts_spec, ""
+    if nodes:
+        return nodes * max(gpus, 1), "", ""
+    alloc = allocation(env)
+    if alloc is None:
+        return 2, "", ""
+    return (
+        alloc.ranks,
+        alloc.hosts_spec(),
+        f"Using SLURM job {alloc.job_id}: {alloc.ranks} ranks on {', '.join(alloc.nodes)}",
+    )

@@ -1,0 +1,237 @@
+"""A real two-host pool on one machine: two network namespaces joined by a veth pair play hostA and hostB.
+
+mpiexec reaches hostB through tests/netns_agent.sh (Open MPI's ssh agent replaced by "enter the namespace, with
+hostname hostB and a clean environment"), so nothing but the address, the forwarded variables and the launch path
+connects the two hosts: the same as ssh between two machines. The notebook side (tests/multihost_driver.py) runs
+in hostA's namespace. Needs root and iproute2; skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+VENV_BIN = str(HERE.parent / ".venv" / "bin")
+SUBNET = "10.251.77"  # lives only between the two namespaces; no other interface sees it
+ADDR = {"hostA": f"{SUBNET}.1", "hostB": f"{SUBNET}.2"}
+
+
+def _why_no_namespaces() -> str:
+    if os.geteuid() != 0:
+        return "needs root to create network namespaces (ip netns add)"
+    if not shutil.which("ip") or not shutil.which("unshare"):
+        return "needs iproute2 (ip) and util-linux (unshare)"
+    probe = f"jhvdprobe{os.getpid()}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode:
+        return f"cannot create a network namespace here: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return ""
+
+
+WHY = _why_no_namespaces()
+pytestmark = pytest.mark.skipif(bool(WHY), reason=WHY)
+
+
+def sh(*args: str) -> str:
+    return subprocess.run(args, check=True, capture_output=True, text=True).stdout
+
+
+class TwoHosts:
+    """hostA and hostB: a namespace each, their own address, /etc/hosts naming both, one cable between.
+
+    hostA's address sits on a bridge (its switch port), so pulling hostB's cable leaves hostA's address, and the
+    controller listening on it, in place: only hostB disappears, as when a remote machine goes down.
+    """
+
+    def __init__(self) -> None:
+        tag = f"jh{os.getpid() % 100000}"
+        self.prefix = f"{tag}-"
+        self.ns = {h: self.prefix + h for h in ADDR}
+        self.bridge, self.cable_a, self.cable_b = f"{tag}br", f"{tag}a", f"{tag}b"
+        for ns in self.ns.values():
+            sh("ip", "netns", "add", ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            etc = Path("/etc/netns") / ns  # `ip netns exec` bind-mounts these over /etc
+            etc.mkdir(parents=True, exist_ok=True)
+            (etc / "hosts").write_text("127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for h, a in ADDR.items()))
+        a = self.ns["hostA"]
+        sh("ip", "-n", a, "link", "add", self.bridge, "type", "bridge")
+        sh("ip", "-n", a, "addr", "add", f"{ADDR['hostA']}/24", "dev", self.bridge)
+        sh("ip", "-n", a, "link", "set", self.bridge, "up")
+        self.connect()
+
+    def connect(self) -> None:
+        """Plug hostB's cable in: a veth pair from hostA's bridge to hostB."""
+        a, b = self.ns["hostA"], self.ns["hostB"]
+        sh("ip", "link", "add", self.cable_a, "type", "veth", "peer", "name", self.cable_b)
+        sh("ip", "link", "set", self.cable_a, "netns", a)
+        sh("ip", "-n", a, "link", "set", self.cable_a, "master", self.bridge, "up")
+        sh("ip", "link", "set", self.cable_b, "netns", b)
+        sh("ip", "-n", b, "addr", "add", f"{ADDR['hostB']}/24", "dev", self.cable_b)
+        sh("ip", "-n", b, "link", "set", self.cable_b, "up")
+
+    def cut(self) -> None:
+        """Pull hostB's cable: deleting its end of the veth removes the pair."""
+        sh("ip", "-n", self.ns["hostB"], "link", "del", self.cable_b)
+
+    def pids(self, *hosts: str) -> list[int]:
+        """Processes running "on" the hosts (in their namespaces); all hosts when none are named."""
+        found = []
+        for host in hosts or tuple(self.ns):
+            out = subprocess.run(["ip", "netns", "pids", self.ns[host]], capture_output=True, text=True).stdout
+            found += [int(p) for p in out.split()]
+        return found
+
+    def power_off(self, *hosts: str) -> None:
+        """End every process running on the hosts, as a reboot would."""
+        for pid in self.pids(*hosts):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def remove(self) -> None:
+        self.power_off()
+        for ns in self.ns.values():
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
+
+
+@pytest.fixture
+def two_hosts() -> Any:
+    net = TwoHosts()
+    try:
+        yield net
+    finally:
+        net.remove()
+
+
+def _tree(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return [pid, *(c.pid for c in p.children(recursive=True))]
+    except psutil.Error:
+        return []
+
+
+class Driver:
+    """The notebook, running in hostA's namespace with hostname hostA; reads its `@@` events."""
+
+    def __init__(self, net: TwoHosts, state_dir: Path, start_line: str) -> None:
+        env = {
+            **os.environ,
+            "PATH": VENV_BIN + os.pathsep + os.environ.get("PATH", ""),
+            "JUPYTER_HVD_STATE_DIR": str(state_dir),
+            "JUPYTER_HVD_LAUNCH_AGENT": str(HERE / "netns_agent.sh"),
+            "JHVD_NETNS_PREFIX": net.prefix,
+            # What hostB's login shell would have on PATH: the same environment installed at the same path.
+            "JHVD_REMOTE_PATH": VENV_BIN + ":/usr/bin:/bin",
+            "PYTHONUNBUFFERED": "1",
+        }
+        cmd = 'hostname hostA && exec "$0" "$@"'
+        in_host_a = ["ip", "netns", "exec", net.ns["hostA"], "unshare", "--uts", "sh", "-c", cmd]
+        self.proc = subprocess.Popen(
+            [*in_host_a, sys.executable, str(HERE / "multihost_driver.py"), start_line],
+            env=env,
+            cwd=str(HERE.parent),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+
+    def next_event(self, timeout: float, until_line: str | None = None) -> dict[str, Any]:
+        """The next `@@` event (or, with `until_line`, return as soon as a line starts with it)."""
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            if until_line is not None and line.startswith(until_line):
+                return {"event": "line", "line": line}
+            if line.startswith("@@ "):
+                return json.loads(line[3:])
+        raise AssertionError(f"no event within {timeout:g} s; the notebook printed:\n{''.join(self.lines[-60:])}")
+
+    def answer(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+def test_two_hosts_allreduce_and_a_lost_host(two_hosts: TwoHosts, tmp_path: Path) -> None:
+    driver = Driver(two_hosts, tmp_path, f"-np 2 -H hostA:1,hostB:1 --ip {ADDR['hostA']} --cpu --timeout 60")
+    try:
+        started = driver.next_event(120)
+        assert started["event"] == "started" and not started["error"], started
+        ranks = {r["rank"]: r for r in started["ranks"]}
+        # One rank per host, each its own node for Horovod: local rank 0 on both, cross ranks 0 and 1.
+        assert {r: (v["host"], v["local_rank"], v["cross_rank"]) for r, v in ranks.items()} == {
+            0: ("hostA", 0, 0),
+            1: ("hostB", 0, 1),
+        }
+        assert "hostB" in started["table"]
+
+        reduced = driver.next_event(60)
+        assert reduced == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
+
+        driver.next_event(60, until_line="step 5")  # the long cell runs on both hosts
+        cut_at = time.monotonic()
+        two_hosts.cut()
+        failed = driver.next_event(120)
+        assert failed["event"] == "cut_cell"
+        lost_after = time.monotonic() - cut_at
+        said = "".join(driver.lines)
+        # The user reads which rank on which host went away; the automatic restart cannot reach hostB either,
+        # and says so, with what to type next.
+        assert "rank 1 on hostB stopped answering the controller (host down or unreachable)" in said, said
+        assert "hostB did not start its engines" in failed["error"], failed
+        assert "then type %hvd_restart" in failed["error"], failed
+        assert "%hvd_start -np 1 -H hostA:1" in failed["error"], failed
+        assert lost_after < 60, lost_after
+        print(
+            f"\ntwo-host pool: started in {started['seconds']:.1f} s; hostB lost, reported and restart refused "
+            f"{lost_after:.1f} s after its cable was pulled"
+        )
+
+        assert driver.next_event(30)["event"] == "waiting"
+        # Nothing of the lost pool is left on hostA beside the notebook's own (controller, reaper).
+        assert set(two_hosts.pids("hostA")) - set(_tree(driver.proc.pid)) == set()
+        two_hosts.power_off("hostB")  # hostB comes back from a reboot, cable plugged in again
+        two_hosts.connect()
+        driver.answer()
+        restarted = driver.next_event(120)
+        assert restarted["event"] == "restarted" and not restarted["error"], restarted
+        print(f"two-host pool: %hvd_restart with hostB back took {restarted['seconds']:.1f} s")
+        assert sorted(r["host"] for r in restarted["ranks"]) == ["hostA", "hostB"]
+        assert driver.next_event(60) == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
+        assert driver.next_event(60) == {"event": "stopped", "error": ""}
+        driver.proc.wait(timeout=30)
+        # A stopped pool leaves nothing running on either host.
+        deadline = time.monotonic() + 15
+        while two_hosts.pids() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert two_hosts.pids() == []
+    finally:
+        driver.close()
