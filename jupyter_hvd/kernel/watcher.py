@@ -8,6 +8,7 @@ cell is running, the watcher interrupts it and leaves the action for the cell ru
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import subprocess
@@ -67,26 +68,46 @@ class PoolWatcher(threading.Thread):
         super().__init__(name=f"jupyter-hvd watcher {pool.id}", daemon=True)
         self.pool = pool
         self._stopped = threading.Event()
+        self._poked = threading.Event()
+        self._last_sample = 0.0
         self._procs: dict[int, psutil.Process] = {}
+        try:
+            # ipyparallel's _sync calls only work on the loop that started the pool (seen: a restart from this
+            # thread left the pool 'starting' forever), so restart/stop are handed to the kernel's main loop.
+            self._main_loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._main_loop = None
 
     def stop(self) -> None:
         self._stopped.set()
+        self._poked.set()
+
+    def poke(self) -> None:
+        """Write the state file soon: the pool changed (a cell started or ended)."""
+        self._poked.set()
 
     def run(self) -> None:
-        while not self._stopped.wait(PERIOD_S):
+        while not self._stopped.is_set():
+            self._poked.wait(PERIOD_S)
+            self._poked.clear()
+            if self._stopped.is_set():
+                return
             try:
                 self.tick()
             except Exception as exc:  # the watcher must never take the kernel down
                 log.debug("watcher: %s", exc)
 
     def tick(self) -> None:
-        """One round: take a pending action, then refresh the per-rank stats in the state file."""
-        action = state.take_action(self.pool.id)
-        if action:
-            self.carry_out(action)
-            if self._stopped.is_set():
-                return
-        self.pool.update_rank_stats(self.sample())
+        """One round: take a pending action and sample the ranks (once a second), write the state file."""
+        if time.monotonic() - self._last_sample >= PERIOD_S:
+            self._last_sample = time.monotonic()
+            action = state.take_action(self.pool.id)
+            if action:
+                self.carry_out(action)
+                if self._stopped.is_set():
+                    return
+            self.pool.update_rank_stats(self.sample(), publish=False)
+        self.pool.write_state_file()
 
     def carry_out(self, action: str) -> None:
         pool = self.pool
@@ -95,6 +116,17 @@ class PoolWatcher(threading.Thread):
             pool.interrupt([r.rank for r in pool.ranks])
             if action != "interrupt":
                 pool.pending_action = action
+            return
+        if self._main_loop is not None and not self._main_loop.is_closed():
+            self._main_loop.call_soon_threadsafe(self._carry_out_now, action)
+        else:
+            self._carry_out_now(action)
+
+    def _carry_out_now(self, action: str) -> None:
+        pool = self.pool
+        if pool.busy_cell is not None:  # a cell started in between: it carries the action out when it ends
+            pool.pending_action = action
+            pool.interrupt([r.rank for r in pool.ranks])
             return
         with pool.lock:
             if action == "restart":
