@@ -119,10 +119,7 @@ class Kernel:
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
-
-    @property
-    def pid(self) -> int:
-        return self.km.provisioner.process.pid  # type: ignore[union-attr]
+        self.pid: int = self.km.provisioner.process.pid  # type: ignore[union-attr]
 
     def run(self, code: str, timeout: float = 120.0, on_start: Any = None) -> CellResult:
         """Execute `code`, collect iopub until idle; `on_start(result)` runs once the cell is sent."""

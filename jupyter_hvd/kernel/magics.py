@@ -62,7 +62,7 @@ class HvdMagics(Magics):
     )
     @argument("--cycle-time", type=float, default=None, metavar="MS", help="HOROVOD_CYCLE_TIME in milliseconds")
     @argument("--fusion-mb", type=float, default=None, metavar="MB", help="Horovod's tensor fusion buffer in MB")
-    @argument("--ops", default="auto", help="collective backend: auto (NCCL on GPUs, else MPI), nccl, mpi, gloo")
+    @argument("--ops", default="auto", help="collective backend: auto (NCCL on GPUs, else MPI), nccl, mpi")
     @argument("--oversubscribe", action="store_true", help="allow more ranks than GPUs (ranks share GPUs)")
     @argument("--cpu", action="store_true", help="CPU ranks even where GPUs exist")
     @argument(

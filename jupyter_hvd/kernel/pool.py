@@ -30,7 +30,7 @@ from .watcher import PoolWatcher
 
 log = logging.getLogger("jupyter_hvd")
 
-OPS = ("auto", "nccl", "mpi", "gloo")
+OPS = ("auto", "nccl", "mpi")
 
 # ipyparallel's launchers would print engine logs into whichever cell is running when mpiexec exits (a stop
 # is such an exit); what matters of mpiexec's output reaches the user through PoolError and death_report.
@@ -75,6 +75,11 @@ class PoolOptions:
             raise ValueError(f"-np must be at least 1 (got {self.np}): try %hvd_start -np 2")
         if self.timeout <= 0:
             raise ValueError("--timeout must be a positive number of seconds")
+        if self.ops == "gloo":
+            raise ValueError(
+                "--ops gloo is not offered: Horovod 0.28.1's Gloo collectives crash (segfault) under the MPI "
+                "controller that MPI engines use. Use --ops mpi (or auto)."
+            )
         if self.ops not in OPS:
             raise ValueError(f"--ops must be one of {', '.join(OPS)} (got {self.ops!r})")
         if self.ops == "nccl" and self.cpu:
@@ -121,7 +126,16 @@ class Rank:
 
 
 def find_mpiexec() -> str:
-    """The mpiexec beside this Python (the venv's Open MPI) first, then PATH."""
+    """$JUPYTER_HVD_MPIEXEC if set, else the mpiexec beside this Python (the venv's Open MPI), else PATH."""
+    chosen = os.environ.get("JUPYTER_HVD_MPIEXEC")
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise PoolError(
+                f"JUPYTER_HVD_MPIEXEC names {chosen}, which is not an executable file, so no MPI engines can start.",
+                "Point it at your mpiexec (e.g. `%env JUPYTER_HVD_MPIEXEC=/usr/bin/mpiexec`), or unset it to use "
+                "the one installed beside this Python.",
+            )
+        return chosen
     here = Path(sys.executable).parent / "mpiexec"
     if here.exists():
         return str(here)

@@ -1,0 +1,81 @@
+"""Bad input gets one clear message saying what to do, and leaves no process behind."""
+
+from __future__ import annotations
+
+import shutil
+
+import psutil
+import pytest
+from conftest import Kernel, pool_processes, wait_until_gone
+from IPython.core.error import UsageError
+
+from jupyter_hvd.kernel import pool as pools
+from jupyter_hvd.kernel.errors import PoolError
+
+HAS_GPU = bool(shutil.which("nvidia-smi")) and pools.visible_gpus() > 0
+
+
+def test_gloo_ops_are_refused_with_the_reason(ip):
+    with pytest.raises(UsageError, match="Gloo collectives crash"):
+        ip.run_line_magic("hvd_start", "-np 2 --ops gloo")
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the message on a host without GPUs")
+def test_nccl_without_gpus(ip):
+    with pytest.raises(PoolError, match="--ops nccl needs GPUs"):
+        ip.run_line_magic("hvd_start", "-np 2 --ops nccl")
+    assert pools.current() is None
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs GPUs: -np above the GPU count is refused only where GPUs exist")
+def test_more_ranks_than_gpus_is_refused(ip):
+    n = pools.visible_gpus()
+    with pytest.raises(PoolError, match=f"more ranks than the {n} GPUs"):
+        ip.run_line_magic("hvd_start", f"-np {n + 1}")
+
+
+def test_mpiexec_missing(ip, monkeypatch):
+    monkeypatch.setenv("JUPYTER_HVD_MPIEXEC", "/nonexistent/bin/mpiexec")
+    with pytest.raises(PoolError) as info:
+        ip.run_line_magic("hvd_start", "-np 2")
+    assert "not an executable file" in str(info.value)
+    assert "JUPYTER_HVD_MPIEXEC" in info.value.hint
+    assert pools.current() is None
+    assert wait_until_gone(f"hvd-{psutil.Process().pid}-", timeout=10) == []
+
+
+def test_horovod_missing_on_the_engines(tmp_path):
+    fake = tmp_path / "horovod"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('No module named horovod.torch (test stand-in)')\n")
+    k = Kernel(extra_env={"PYTHONPATH": str(tmp_path)})
+    try:
+        r = k.run("%load_ext jupyter_hvd\n%hvd_start -np 2", timeout=120)
+        assert r.status == "error"
+        assert "Horovod could not be initialised" in r.error_text
+        assert "ranks 0-1: ImportError" in r.error_text  # one line for both ranks
+        assert "scripts/setup.sh" in r.error_text
+        assert wait_until_gone(f"hvd-{k.pid}-") == []
+    finally:
+        k.shutdown()
+
+
+def test_output_flood_is_capped_and_memory_bounded():
+    k = Kernel()
+    try:
+        assert k.run("%load_ext jupyter_hvd\n%hvd_start -np 2").status == "ok"
+        kernel = psutil.Process(k.pid)
+        before = kernel.memory_info().rss
+        r = k.run("%%hvd --no-plot\nfor i in range(1_000_000):\n    print(i)\nprint('done')", timeout=240)
+        assert r.status == "ok", r.error_text
+        grown = (kernel.memory_info().rss - before) / 2**20
+        lines = r.stdout.splitlines()
+        assert len(lines) < 10_100, len(lines)
+        assert "990001 more lines were not shown" in r.stdout
+        assert lines[-1] == "done"  # the end of the flood is still shown
+        assert grown < 150, f"kernel memory grew by {grown:.0f} MB"
+        healthy = k.run("%%hvd\nprint('sum', hvd.allreduce(torch.ones(1), op=hvd.Sum).item())")
+        assert "sum 2.0" in healthy.stdout
+    finally:
+        k.shutdown()
+    assert pool_processes(f"hvd-{k.pid}-") == [] or wait_until_gone(f"hvd-{k.pid}-") == []
