@@ -122,6 +122,8 @@ def test_sidebar_shows_busy_ranks_interrupts_and_stops(lab: dict[str, object]) -
         text=True,
         timeout=280,
     )
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(str(lab["log"]), ARTIFACTS / "lab.log")  # the server's and the kernel's log, kept with the screenshots
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"the browser script printed no result:\n{out.stdout}\n{out.stderr}"
     result = json.loads(lines[-1])
@@ -129,7 +131,7 @@ def test_sidebar_shows_busy_ranks_interrupts_and_stops(lab: dict[str, object]) -
     assert result["ok"], f"{result}\n{out.stderr[-3000:]}\nserver log:\n{Path(str(lab['log'])).read_text()[-3000:]}"
     t = result["timings"]
     assert t["sidebar_two_ranks_after_ready_s"] < 5, "the sidebar should show the ranks within a few seconds"
-    assert (ARTIFACTS / "2-ranks-busy.png").exists() and (ARTIFACTS / "5-stopped.png").exists()
+    assert (ARTIFACTS / "2-ranks-busy.png").exists() and (ARTIFACTS / "6-stopped.png").exists()
     # Stop from the sidebar: no engine (nor controller, mpiexec) of the kernel's pool is left.
     kernels = kernel_pids(lab["server"])  # type: ignore[arg-type]
     assert kernels, "the notebook's kernel should still be running (only the pool was stopped)"

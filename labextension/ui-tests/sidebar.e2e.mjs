@@ -19,14 +19,30 @@ const browser = await chromium.launch({
 });
 const page = await browser.newPage({ viewport: { width: 1500, height: 900 } });
 page.on('pageerror', e => console.error('page error:', e.message));
+const dialog = () => page.locator('.jp-Dialog');
 const shot = name => page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
 
 async function runCell(index) {
   const cell = page.locator('.jp-Notebook .jp-Cell').nth(index);
-  await cell.locator('.jp-InputArea-editor').click();
-  await page.keyboard.press('Escape');
-  await page.keyboard.press('Control+Enter');
-  return cell;
+  const prompt = cell.locator('.jp-InputPrompt');
+  const before = (await prompt.textContent()) || '';
+  // A key press can land while the notebook is still settling: retry until the prompt says it was queued.
+  for (let attempt = 0; attempt < 5; attempt++) {
+    await cell.locator('.jp-InputArea-editor').click();
+    await page.keyboard.press('Escape');
+    await page.keyboard.press('Control+Enter');
+    try {
+      await page.waitForFunction(
+        ([el, old]) => el.textContent !== old,
+        [await prompt.elementHandle(), before],
+        { timeout: 3000 }
+      );
+      return cell;
+    } catch (error) {
+      console.error(`cell ${index} did not start (attempt ${attempt + 1}), trying again`);
+    }
+  }
+  throw new Error(`cell ${index} could not be run`);
 }
 
 try {
@@ -98,16 +114,60 @@ try {
   }
   await shot('3-interrupted');
 
+  // Restart (confirmed): new engines, same options; the sidebar shows the new pids.
+  const restartAt = Date.now();
+  await poolBox.locator('button[data-action="restart"]').click();
+  await dialog().locator('text=the pool comes back with the same options').waitFor({ timeout: 5000 });
+  await dialog().locator('button.jp-mod-warn').click();
+  await page.waitForFunction(
+    old => {
+      const rows = Array.from(document.querySelectorAll('#jupyter-hvd-sidebar tr.jp-HvdRank'));
+      const pids = rows.map(r => Number(r.children[2].textContent.split(':').pop()));
+      return (
+        rows.length === 2 &&
+        pids.every(p => !old.includes(p)) &&
+        document.querySelector('#jupyter-hvd-sidebar .jp-HvdPool')?.dataset.state === 'idle'
+      );
+    },
+    rankPids,
+    { timeout: 120000 }
+  );
+  timings.restart_s = (Date.now() - restartAt) / 1000;
+  const newPids = await ranks.evaluateAll(rows => rows.map(r => Number(r.children[2].textContent.split(':').pop())));
+  rankPids.push(...newPids);
+  await shot('4-restarted');
+
+  // The command palette's Interrupt acts on the current notebook's pool.
+  await runCell(1);
+  await page.waitForFunction(
+    () => document.querySelector('#jupyter-hvd-sidebar .jp-HvdPool')?.dataset.state === 'running',
+    null,
+    { timeout: 15000 }
+  );
+  await second.locator('.jp-OutputArea-output', { hasText: 'step 2' }).waitFor({ timeout: 30000 });
+  await page.keyboard.press('Control+Shift+c');
+  await page.locator('.lm-CommandPalette-input').fill('Interrupt jupyter-hvd pool');
+  await page.keyboard.press('Enter');
+  await second.locator('.jp-OutputArea-output', { hasText: 'Interrupted' }).waitFor({ timeout: 30000 });
+  await page.waitForFunction(
+    () => document.querySelector('#jupyter-hvd-sidebar .jp-HvdPool')?.dataset.state === 'idle',
+    null,
+    { timeout: 15000 }
+  );
+
   // Stop: it destroys worker state, so it asks first; after "Stop" the pool disappears.
   const stopAt = Date.now();
   await poolBox.locator('button[data-action="stop"]').click();
-  const dialog = page.locator('.jp-Dialog');
-  await dialog.locator('text=Models and variables on the ranks are lost').waitFor({ timeout: 5000 });
-  await shot('4-stop-confirmation');
-  await dialog.locator('button.jp-mod-warn').click();
+  await dialog().locator('text=Models and variables on the ranks are lost').waitFor({ timeout: 5000 });
+  await shot('5-stop-confirmation');
+  await dialog().locator('button.jp-mod-warn').click();
   await sidebar.locator('text=No jupyter-hvd pool is running').waitFor({ timeout: 30000 });
   timings.pool_gone_after_stop_s = (Date.now() - stopAt) / 1000;
-  await shot('5-stopped');
+  await shot('6-stopped');
+
+  // The panel is part of the layout: after a reload it is open again, without a click.
+  await page.reload();
+  await sidebar.locator('text=No jupyter-hvd pool is running').waitFor({ timeout: 60000 });
   timings.total_s = since();
   console.log(JSON.stringify({ ok: true, timings, rankPids }));
 } catch (error) {
