@@ -130,7 +130,11 @@ class PoolWatcher(threading.Thread):
             return
         with pool.lock:
             if action == "restart":
-                pool.restart()
+                try:
+                    pool.restart()
+                except Exception:  # on the main loop nobody would see it: the sidebar shows 'failed' instead
+                    log.exception("jupyter-hvd: the restart asked for from the sidebar failed")
+                    pool.set_state("failed")
             elif action == "stop":
                 from . import pool as pools
 
