@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from jupyter_hvd.kernel import slurm
@@ -147,3 +157,163 @@ def test_braces_in_user_values_survive_the_template():
 
 def test_queue_state_command():
     assert slurm.squeue_command("4242") == ["squeue", "-h", "-j", "4242", "-o", "%T %R"]
+
+
+# ---- a real single-node SLURM cluster (Debian's slurm-wlm), in a network namespace of its own -----------------
+
+SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
+SLURM_ADDR = "10.251.79.1"  # exists only inside the cluster's namespace
+
+DRIVER = """
+import json, sys
+from IPython.testing.globalipapp import start_ipython
+ip = start_ipython()
+ip.run_line_magic("load_ext", "jupyter_hvd")
+from jupyter_hvd.kernel import pool as pools
+ip.run_line_magic("hvd_start", sys.argv[1])
+p = pools.current()
+ip.run_cell_magic("hvd", "", "total = hvd.allreduce(torch.tensor([rank + 1.0]), op=hvd.Sum).item()")
+totals = [p.client[r.engine_id].pull("total", block=True) for r in p.ranks]
+job = p._engine_launcher().job_id
+print("@@ " + json.dumps({"job": job, "totals": totals}), flush=True)
+ip.run_line_magic("hvd_stop", "")
+print("@@ stopped", flush=True)
+"""
+
+
+def _why_no_slurm() -> str:
+
+    if os.geteuid() != 0:
+        return "needs root to run slurmctld/slurmd in a network namespace"
+    missing = [b for b in SLURM_BINARIES if not shutil.which(b)]
+    if missing:
+        return f"Debian's slurm-wlm and munge are not installed (missing {', '.join(missing)})"
+    if not shutil.which("ip"):
+        return "needs iproute2 (ip)"
+    return ""
+
+
+class SlurmCluster:
+    """munged + slurmctld + slurmd for this host, in a network namespace with one address: nothing is reachable
+    from outside, and the daemons leave when the test ends."""
+
+    def __init__(self, root) -> None:
+
+        self.root = root
+        self.ns = f"jhs{os.getpid() % 100000}"
+        self.host = socket.gethostname().split(".")[0]
+        for d in ("state", "spool", "log"):
+            (root / d).mkdir(parents=True)
+        key = root / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        (root / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nConstrainCores=no\n")
+        self.conf = root / "slurm.conf"
+        self.conf.write_text(
+            f"""ClusterName=jhvd
+SlurmctldHost={self.host}({SLURM_ADDR})
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={root}/munge.sock
+CredType=cred/munge
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+SwitchType=switch/none
+ReturnToService=2
+SchedulerType=sched/builtin
+NodeName={self.host} NodeAddr={SLURM_ADDR} CPUs={os.cpu_count() or 1} State=UNKNOWN
+PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
+"""
+        )
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        run = subprocess.run
+        run(["ip", "netns", "add", self.ns], check=True)
+        # getaddrinfo(AI_ADDRCONFIG) ignores loopback: the namespace needs a non-loopback address for SLURM.
+        veth = [f"{self.ns}a", f"{self.ns}b"]
+        run(["ip", "link", "add", veth[0], "type", "veth", "peer", "name", veth[1]], check=True)
+        for v in veth:
+            run(["ip", "link", "set", v, "netns", self.ns], check=True)
+            run(["ip", "-n", self.ns, "link", "set", v, "up"], check=True)
+        run(["ip", "-n", self.ns, "link", "set", "lo", "up"], check=True)
+        run(["ip", "-n", self.ns, "addr", "add", f"{SLURM_ADDR}/24", "dev", veth[0]], check=True)
+        etc = Path("/etc/netns") / self.ns
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(f"127.0.0.1 localhost\n{SLURM_ADDR} {self.host}\n")
+        self.exec(
+            "munged", "-f", f"--socket={root}/munge.sock", f"--key-file={key}", f"--pid-file={root}/munged.pid",
+            f"--log-file={root}/log/munged.log", f"--seed-file={root}/munge.seed",
+        )  # fmt: skip
+        self.exec("slurmctld", "-f", str(self.conf))
+        self.exec("slurmd", "-f", str(self.conf))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            out = self.exec("sinfo", "-h", "-o", "%T", check=False).stdout.strip()
+            if out == "idle":
+                return
+            time.sleep(0.5)
+        logs = "".join(p.read_text()[-600:] for p in (root / "log").glob("*.log"))
+        self.stop()
+        pytest.skip(f"slurmctld + slurmd did not come up within 60 s here:\n{logs}")
+
+    def exec(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = ["ip", "netns", "exec", self.ns, *args]
+        return subprocess.run(cmd, env=self.env, capture_output=True, text=True, check=check, timeout=60)
+
+    def stop(self) -> None:
+        pids = subprocess.run(["ip", "netns", "pids", self.ns], capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+        shutil.rmtree(f"/etc/netns/{self.ns}", ignore_errors=True)
+
+
+@pytest.fixture
+def slurm_cluster(tmp_path):
+    why = _why_no_slurm()
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster(tmp_path / "slurm")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_engines_as_a_real_slurm_job(slurm_cluster, tmp_path):
+
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    start = f"--slurm -N 1 -np 2 --cpu --ip {SLURM_ADDR} --timeout 120"
+    slurm_cluster.env.update(
+        JUPYTER_HVD_STATE_DIR=str(tmp_path / "hvd-state"),
+        PATH=str(Path(sys.executable).parent) + ":" + slurm_cluster.env.get("PATH", ""),
+    )
+    done = slurm_cluster.exec(sys.executable, str(script), start, check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    result = json.loads(next(ln[3:] for ln in said.splitlines() if ln.startswith("@@ {")))
+    job = result["job"]
+    # The user saw the job id and its queue state while waiting, then a pool whose allreduce works.
+    assert f"SLURM job {job} submitted for the engines." in said
+    assert f"SLURM job {job}: RUNNING" in said
+    assert result["totals"] == [3.0, 3.0]
+    assert "@@ stopped" in said
+    # %hvd_stop cancelled the job: the queue is empty and slurmctld logged the cancel.
+    assert slurm_cluster.exec("squeue", "-h").stdout.strip() == ""
+    ctld_log = (slurm_cluster.root / "log" / "slurmctld.log").read_text()
+    assert f"REQUEST_KILL_JOB JobId={job}" in ctld_log

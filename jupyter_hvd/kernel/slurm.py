@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .. import state
 from .errors import PoolError
 from .hosts import Host, forwarded_keys
 
@@ -189,8 +190,11 @@ def _braces(text: str) -> str:
 def launcher_kwargs(options: Any, env: dict[str, str], mpi_cmd: list[str]) -> dict[str, Any]:
     """Arguments for ipyparallel's SlurmEngineSetLauncher: our batch script and the engines' environment."""
     forward = [a for key in forwarded_keys(env) for a in ("-x", key)]
+    # An absolute name: ipyparallel would otherwise write the script into the notebook's working directory.
+    script = state.state_dir() / f"slurm-engines-{env.get('JUPYTER_HVD_POOL') or os.getpid()}.sbatch"
     return {
         "batch_template": batch_template(options, [*mpi_cmd, *forward]),
+        "batch_file_name": str(script),
         "environment": env,
     }
 
@@ -207,7 +211,8 @@ def job_state(job_id: str) -> tuple[str, str]:
     except (OSError, subprocess.SubprocessError):
         return "", ""
     state, _, reason = out.partition(" ")
-    return state, reason
+    reason = reason.strip("()")  # squeue writes a pending job's reason as "(Resources)"
+    return state, "" if reason == "None" else reason
 
 
 def wait_for_job(launcher: Any, timeout: float) -> None:
