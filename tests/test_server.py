@@ -205,3 +205,28 @@ def test_state_dir_is_private(state_dir):
     write_pool("hvd-5-5", psutil.Process())
     assert oct(os.stat(state_dir).st_mode & 0o777) == "0o700"
     assert oct(os.stat(state.pool_file("hvd-5-5")).st_mode & 0o777) == "0o600"
+
+
+async def test_browser_session_needs_the_xsrf_token(jp_fetch, jp_serverapp, jp_http_port, jp_base_url, state_dir):
+    """Logged in by cookie (as a browser is), an action without the XSRF header is refused; with it, accepted."""
+    write_pool("hvd-6-6", psutil.Process())
+    client = tornado.httpclient.AsyncHTTPClient()
+    base = f"http://localhost:{jp_http_port}{jp_base_url}"
+    # Opening a URL with ?token= logs the browser in: the server answers with its login cookie.
+    opened = await client.fetch(f"{base}api/me?token={jp_serverapp.identity_provider.token}", raise_error=False)
+    assert opened.code == 200
+    cookies = dict(h.split(";", 1)[0].split("=", 1) for h in opened.headers.get_list("Set-Cookie"))
+    assert any(name.startswith("username-") for name in cookies), cookies
+    xsrf = "ab" * 16  # a browser's _xsrf cookie, echoed in the X-XSRFToken header by JupyterLab
+    cookie = "; ".join(f"{k}={v}" for k, v in {**cookies, "_xsrf": xsrf}.items())
+    listing = await client.fetch(f"{base}jupyter-hvd/pools", headers={"Cookie": cookie}, raise_error=False)
+    assert listing.code == 200  # the cookie alone is enough to read
+    url = f"{base}jupyter-hvd/pools/hvd-6-6/interrupt"
+    refused = await client.fetch(url, method="POST", body="", headers={"Cookie": cookie}, raise_error=False)
+    assert refused.code == 403
+    assert state.take_action("hvd-6-6") is None
+    accepted = await client.fetch(
+        url, method="POST", body="", headers={"Cookie": cookie, "X-XSRFToken": xsrf}, raise_error=False
+    )
+    assert accepted.code == 202
+    assert state.take_action("hvd-6-6") == "interrupt"
