@@ -300,7 +300,10 @@ class Pool:
     def new_engine_ids(self) -> list[int]:
         """Registered engines of this pool that were not retired by a restart."""
         assert self.client is not None
-        return sorted(set(self.client.ids) - self._retired_ids)
+        ids = set(self.client.ids)
+        # MPI engines ask for their rank as id: once the controller lets an old id go, a new engine may take it.
+        self._retired_ids &= ids
+        return sorted(ids - self._retired_ids)
 
     def _wait_for_engines(self, t0: float) -> None:
         """Wait for all engines to register, failing early (with mpiexec's words) if mpiexec exits."""
