@@ -60,9 +60,14 @@ def main() -> None:
         return
     allreduce_check()
 
-    # A long cell; the test removes host B's link while it runs.
-    t0 = time.monotonic()
+    # Long cells: the test interrupts the first (Ctrl-C), and removes host B's link while the second runs.
     loop = "import time\nfor i in range(3000):\n    hvd.allreduce(torch.ones(1))\n    print(f'step {i}', flush=True)\n"
+    t0 = time.monotonic()
+    err = run(cell=loop + "    time.sleep(0.05)\n")
+    emit("interrupted", error=err, seconds=time.monotonic() - t0)
+    allreduce_check()
+
+    t0 = time.monotonic()
     err = run(cell=loop + "    time.sleep(0.05)\n")
     emit("cut_cell", error=err, seconds=time.monotonic() - t0)
 

@@ -196,6 +196,15 @@ def test_two_hosts_allreduce_and_a_lost_host(two_hosts: TwoHosts, tmp_path: Path
         reduced = driver.next_event(60)
         assert reduced == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
 
+        # Ctrl-C in the notebook stops both ranks, the one on hostB through its engine's nanny.
+        driver.next_event(60, until_line="step 5")
+        driver.proc.send_signal(signal.SIGINT)
+        interrupted = driver.next_event(60)
+        assert interrupted["event"] == "interrupted", interrupted
+        assert "Interrupted" in interrupted["error"] and "restarted" not in interrupted["error"], interrupted
+        assert interrupted["seconds"] < 30
+        assert driver.next_event(60) == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
+
         driver.next_event(60, until_line="step 5")  # the long cell runs on both hosts
         cut_at = time.monotonic()
         two_hosts.cut()
@@ -222,7 +231,7 @@ def test_two_hosts_allreduce_and_a_lost_host(two_hosts: TwoHosts, tmp_path: Path
         two_hosts.connect()
         driver.answer()
         restarted = driver.next_event(120)
-        assert restarted["event"] == "restarted" and not restarted["error"], restarted
+        assert restarted["event"] == "restarted" and not restarted["error"], restarted["error"] + "".join(driver.lines)
         print(f"two-host pool: %hvd_restart with hostB back took {restarted['seconds']:.1f} s")
         assert sorted(r["host"] for r in restarted["ranks"]) == ["hostA", "hostB"]
         assert driver.next_event(60) == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
