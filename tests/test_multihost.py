@@ -127,6 +127,30 @@ def _tree(pid: int) -> list[int]:
         return []
 
 
+def _controller_processes(pid: int) -> list[Any]:
+    import psutil
+
+    found = []
+    for p in psutil.Process(pid).children(recursive=True):
+        try:
+            if "ipyparallel.controller" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _listening(ns: str, pids: set[int]) -> list[str]:
+    """Local addresses of the TCP sockets that processes `pids` listen on, in namespace `ns`."""
+    out = sh("ip", "netns", "exec", ns, "ss", "-ltnpH")
+    found = []
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and any(f"pid={p}," in fields[-1] for p in pids):
+            found.append(fields[3])
+    return found
+
+
 class Driver:
     """The notebook, running in hostA's namespace with hostname hostA; reads its `@@` events."""
 
@@ -192,6 +216,10 @@ def test_two_hosts_allreduce_and_a_lost_host(two_hosts: TwoHosts, tmp_path: Path
             1: ("hostB", 0, 1),
         }
         assert "hostB" in started["table"]
+        # The controller listens on hostA's chosen address only (and loopback), never on every interface.
+        controller = {c.pid for c in _controller_processes(driver.proc.pid)}
+        listening = _listening(two_hosts.ns["hostA"], controller)
+        assert listening and all(a.startswith((f"{ADDR['hostA']}:", "127.0.0.1:")) for a in listening), listening
 
         reduced = driver.next_event(60)
         assert reduced == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
