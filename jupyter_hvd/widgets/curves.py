@@ -61,6 +61,7 @@ class Curves:
         self.total: int | None = None
         self._samples: dict[int, deque[tuple[float, int]]] = {}
         self._steps: deque[tuple[float, float]] = deque()
+        self.steps_reported = False  # once report() gives steps, printed step numbers no longer move the status
         self.changed = False
 
     # ---- intake --------------------------------------------------------------------------------------------
@@ -89,13 +90,14 @@ class Curves:
                 curve.add(step, value)
                 self.latest[name] = value
             if step is not None:
+                self.steps_reported = True
                 self._at_step(t, float(step))
         self.changed = True
 
     def add_printed(self, parsed: ParsedLine, now: float | None = None) -> None:
         """Metrics read from a printed line; ignored for metrics that `report()` already sends."""
         if not parsed:
-            if parsed.step is not None:
+            if parsed.step is not None and not self.steps_reported:
                 self._at_step(now if now is not None else time.time(), parsed.step)
             return
         x = parsed.step if parsed.step is not None else parsed.epoch
@@ -109,7 +111,7 @@ class Curves:
                 curve = self.curves[name] = Curve(name, "print")
             curve.add(x, value)
             self.latest[name] = value
-        if parsed.step is not None:
+        if parsed.step is not None and not self.steps_reported:
             self._at_step(now if now is not None else time.time(), parsed.step)
         self.changed = True
 

@@ -147,3 +147,25 @@ describe("Store", () => {
     expect(store.handle(msg(4, 5, [5], [0.1]), [buf([5]), buf([0.1])])).toBe(false);
   });
 });
+
+describe("Store buffers", () => {
+  it("accepts ArrayBuffers, DataViews and typed arrays at any offset", () => {
+    const store = new Store(10);
+    const bytes = new Uint8Array(8 * 3 + 4);
+    new DataView(bytes.buffer).setFloat64(4, 1.5, true);
+    const shifted = new DataView(bytes.buffer, 4, 8);
+    const msg = (seq, start) => ({
+      type: "update",
+      seq,
+      full: false,
+      curves: [{ name: "loss", start, reset: false, n: 1 }],
+      log: null,
+      status: { state: "running", ranks: 1, elapsed: 0 },
+    });
+    store.handle(msg(1, 0), [f64([0]).buffer, f64([2]).buffer]);
+    store.handle(msg(2, 1), [new DataView(f64([1]).buffer), shifted]);
+    store.handle(msg(3, 2), [f64([2]), f64([3])]);
+    const loss = store.series.series.get("loss");
+    expect(Array.from(loss.y.subarray(0, loss.n))).toEqual([2, 1.5, 3]);
+  });
+});

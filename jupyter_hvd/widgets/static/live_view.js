@@ -537,10 +537,10 @@ export function formatStatus(status, elapsed) {
 
 // ---- the widget ---------------------------------------------------------------------------------------------
 
-function float64(view) {
-  // Buffers arrive as DataViews whose offset may not be 8-aligned: copy.
-  const bytes = view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength);
-  return new Float64Array(bytes);
+function float64(buffer) {
+  // Front ends hand buffers over as ArrayBuffers or as views whose offset may not be 8-aligned: copy.
+  if (buffer instanceof ArrayBuffer) return new Float64Array(buffer.slice(0));
+  return new Float64Array(buffer.buffer.slice(buffer.byteOffset, buffer.byteOffset + buffer.byteLength));
 }
 
 /** Everything one widget model has received; views subscribe to it. */
@@ -610,7 +610,7 @@ function render({ model, el }) {
   const statusEl = doc.createElement("div");
   statusEl.className = "jhvd-status";
   root.appendChild(statusEl);
-  const panels = model.get("plots").map((p) => new PlotPanel(root, store, p));
+  const panels = model.get("plots").map((p) => new PlotPanel(root, store.series, p));
   const log = new LogView(root, store.log);
   el.appendChild(root);
   let frame = null;

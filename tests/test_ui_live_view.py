@@ -1,0 +1,146 @@
+"""The live training view in a real JupyterLab 4 and headless Chromium (playwright-core), on a real 2-rank pool.
+
+The browser part is widgets-js/browser/live_view.mjs; this test starts JupyterLab for it and checks what it saw:
+the plot gained points while the cell was still running, a tqdm bar stayed one line, hover and zoom work, the
+static copy is hidden where the widget renders. Screenshots: artifacts/live_view/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+from conftest import wait_until_gone
+
+ROOT = Path(__file__).resolve().parents[1]
+JS = ROOT / "widgets-js"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = ROOT / "artifacts" / "live_view"
+
+pytestmark = [
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium: apt-get install -y chromium"),
+    pytest.mark.skipif(
+        not (JS / "node_modules" / "playwright-core").exists() or not shutil.which("node"),
+        reason="needs node and playwright-core: cd widgets-js && npm install",
+    ),
+]
+
+TRAIN = """%%hvd --batch-size 32
+import sys, time
+from tqdm import tqdm
+from jupyter_hvd import report
+for step in tqdm(range(300), file=sys.stderr, mininterval=0.05):
+    time.sleep(0.025)
+    report(step=step, loss=2.0 / (1 + step / 30) + 0.05 * ((step * 7919) % 13) / 13, samples=32, total=300)
+    if step % 100 == 0:
+        print(f"\\x1b[34mstep {step}\\x1b[0m: loss={2.0 / (1 + step / 30):.3f}")
+print("done")
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[dict[str, object]]:
+    """JupyterLab on a free port with a token, private state and settings, serving the demo notebook."""
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext jupyter_hvd\n%hvd_start -np 2"),
+        nbformat.v4.new_code_cell(TRAIN),
+        nbformat.v4.new_code_cell("%hvd_stop"),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, root / "live_view_demo.ipynb")
+    token, port = secrets.token_hex(16), free_port()
+    env = {
+        **os.environ,
+        "JUPYTER_HVD_STATE_DIR": str(tmp_path / "hvd-state"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+    }
+    env.pop("JUPYTER_HVD_LIVE_VIEW", None)  # the front end decides: JupyterLab sends cell ids
+    cmd = [
+        sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
+        f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}",
+        f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
+        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
+    ]  # fmt: skip
+    log = open(tmp_path / "lab.log", "wb")
+    server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("JupyterLab did not start: " + (tmp_path / "lab.log").read_text()) from None
+                time.sleep(0.5)
+        yield {"url": url, "token": token, "server": server, "log": tmp_path / "lab.log"}
+    finally:
+        kernels = [p.pid for p in psutil.Process(server.pid).children(recursive=True) if "ipykernel" in p.name()]
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+        for kpid in kernels:
+            assert wait_until_gone(f"hvd-{kpid}-") == []
+
+
+def test_live_view_in_jupyterlab(lab: dict[str, object]) -> None:
+    env = {
+        **os.environ,
+        "LAB_URL": str(lab["url"]),
+        "TOKEN": str(lab["token"]),
+        "NOTEBOOK": "live_view_demo.ipynb",
+        "ARTIFACTS": str(ARTIFACTS),
+        "CHROMIUM": CHROMIUM,
+    }
+    out = subprocess.run(
+        ["node", str(JS / "browser" / "live_view.mjs")], cwd=JS, env=env, capture_output=True, text=True, timeout=400
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    assert lines, f"the browser script printed no result:\n{out.stdout}\n{out.stderr}"
+    r = json.loads(lines[-1])
+    server_log = Path(str(lab["log"])).read_text()[-3000:]
+    assert r["ok"], f"{json.dumps(r)[:4000]}\n{out.stderr[-2000:]}\nserver log:\n{server_log}"
+    running = [s for s in r["samples"] if s["running"]]
+    growth = sorted({s["points"] for s in running if s["points"] > 0})
+    # The plot gained points several times while the cell was still running.
+    assert len(growth) >= 3, r["samples"]
+    assert growth[0] < 300 and r["final"]["points"] == 300
+    # The tqdm bar is one element, rewritten in place; its states never pile up as finished lines.
+    assert all(s["bars"] <= 1 for s in r["samples"]) and any(s["bars"] == 1 for s in running)
+    assert all(s["barLines"] == 0 for s in running if s["bars"]), r["samples"]  # while the bar is live
+    assert all(s["barLines"] <= 1 for s in r["samples"]), r["samples"]  # tqdm's close() ends it: one line
+    assert sum("it/s" in line for line in r["final"]["lines"]) == 1  # the bar's last state, once
+    assert any("samples/s" in s["status"] and "ETA" in s["status"] for s in running)
+    assert r["final"]["status"].startswith("✓ finished · 2 ranks · step 299/300")
+    assert r["final"]["coloured"] == 3  # the ANSI-coloured lines kept their colour
+    assert r["readout"].startswith("step ") and "loss" in r["readout"]
+    assert r["zoomedReadout"].startswith("step ")
+    assert r["final"]["staticCopies"] == 1 and r["staticVisible"] is False
+    assert not r["errors"], r["errors"]
+    assert (ARTIFACTS / "1-running.png").exists() and (ARTIFACTS / "3-done.png").exists()

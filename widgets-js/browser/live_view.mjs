@@ -1,0 +1,117 @@
+// The live training view in a real browser: JupyterLab (started by tests/test_ui_live_view.py), headless
+// Chromium. Runs %hvd_start -np 2 and a training cell with a tqdm bar; samples the plot's point count while
+// the cell runs, checks the bar stays one line, hovers and zooms the plot, stops the pool.
+// Prints one JSON line of what it saw; screenshots go to $ARTIFACTS.
+//
+// Env: LAB_URL (http://127.0.0.1:PORT/), TOKEN, NOTEBOOK (path under the server root), ARTIFACTS, CHROMIUM.
+import { chromium } from "playwright-core";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+const { LAB_URL, TOKEN, NOTEBOOK, ARTIFACTS = "artifacts/live_view" } = process.env;
+mkdirSync(ARTIFACTS, { recursive: true });
+const result = { ok: false, samples: [], errors: [] };
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+});
+const page = await browser.newPage({ viewport: { width: 1300, height: 1000 } });
+page.on("pageerror", (e) => result.errors.push(e.message));
+page.on("console", (m) => m.type() === "error" && result.errors.push(m.text()));
+const shot = (name) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
+
+async function runCell(index) {
+  const cell = page.locator(".jp-Notebook .jp-Cell").nth(index);
+  const prompt = cell.locator(".jp-InputPrompt");
+  // A key press can land before the editor has focus: press again until the prompt shows the cell ran.
+  for (let attempt = 0; attempt < 5; attempt++) {
+    await cell.locator(".jp-InputArea-editor").click();
+    await page.keyboard.press("Escape");
+    await page.keyboard.press("Control+Enter");
+    for (let i = 0; i < 20; i++) {
+      if (/\[(\*|\d+)\]/.test((await prompt.textContent()) || "")) return cell;
+      await page.waitForTimeout(250);
+    }
+  }
+  throw new Error(`cell ${index} did not start`);
+}
+
+try {
+  await page.goto(`${LAB_URL}lab/tree/${NOTEBOOK}?token=${TOKEN}&reset`);
+  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60000 });
+  await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').waitFor({ timeout: 60000 });
+
+  // JupyterLab sometimes asks which kernel to start although the notebook names one: accept its choice.
+  const kernelDialog = page.locator(".jp-Dialog", { hasText: "Select Kernel" });
+  if (await kernelDialog.waitFor({ timeout: 3000 }).then(() => true, () => false)) {
+    await kernelDialog.locator("button", { hasText: "Select" }).click();
+  }
+  const first = await runCell(0);
+  await first.locator(".jp-OutputArea-output", { hasText: "Pool ready" }).waitFor({ timeout: 150000 });
+
+  const train = await runCell(1);
+  const live = train.locator(".jhvd-live");
+  await live.waitFor({ timeout: 30000 });
+  const prompt = train.locator(".jp-InputPrompt");
+  // Sample while the cell runs: the plot's points, the bar elements, the finished lines that look like a bar.
+  const t0 = Date.now();
+  for (;;) {
+    const running = ((await prompt.textContent()) || "").includes("*");
+    const sample = await train.evaluate((cell) => ({
+      points: Number(cell.querySelector(".jhvd-plot")?.dataset.points || 0),
+      bars: cell.querySelectorAll(".jhvd-partial").length,
+      barLines: Array.from(cell.querySelectorAll(".jhvd-log-lines .jhvd-line")).filter((l) =>
+        /it\/s|s\/it/.test(l.textContent),
+      ).length,
+      status: cell.querySelector(".jhvd-status")?.textContent || "",
+    }));
+    result.samples.push({ t: (Date.now() - t0) / 1000, running, ...sample });
+    if (running && sample.points > 100 && !result.runningShot) {
+      await shot("1-running");
+      result.runningShot = true;
+    }
+    if (!running || Date.now() - t0 > 120000) break;
+    await page.waitForTimeout(250);
+  }
+  await page.waitForFunction((cell) => cell.querySelector(".jhvd-live")?.dataset.state === "done", await train.elementHandle(), {
+    timeout: 30000,
+  });
+  // Hover readout and drag-to-zoom on the plot.
+  const canvas = train.locator(".jhvd-plot canvas");
+  const box = await canvas.boundingBox();
+  await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.5);
+  result.readout = await train.locator(".jhvd-readout").textContent();
+  await page.mouse.move(box.x + box.width * 0.3, box.y + box.height * 0.5);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.6, box.y + box.height * 0.5, { steps: 5 });
+  await page.mouse.up();
+  await page.mouse.move(box.x + box.width * 0.45, box.y + box.height * 0.5);
+  result.zoomedReadout = await train.locator(".jhvd-readout").textContent();
+  await shot("2-done-zoomed");
+  await canvas.dblclick();
+  result.final = await train.evaluate((cell) => ({
+    points: Number(cell.querySelector(".jhvd-plot")?.dataset.points || 0),
+    status: cell.querySelector(".jhvd-status")?.textContent || "",
+    lines: Array.from(cell.querySelectorAll(".jhvd-log-lines .jhvd-line")).map((l) => l.textContent),
+    coloured: cell.querySelectorAll(".jhvd-log-lines .jhvd-line span[style*='color']").length,
+    staticCopies: cell.querySelectorAll(".jhvd-static").length,
+  }));
+  result.staticVisible = await train.locator(".jhvd-static").isVisible();
+  await shot("3-done");
+
+  const stop = await runCell(2);
+  await stop.locator(".jp-OutputArea-output", { hasText: "Pool stopped" }).waitFor({ timeout: 60000 });
+  result.ok = true;
+} catch (e) {
+  result.error = String(e && e.stack ? e.stack : e);
+  result.outputs = await page
+    .locator(".jp-Notebook .jp-Cell .jp-OutputArea")
+    .allTextContents()
+    .catch(() => []);
+  await shot("error").catch(() => {});
+} finally {
+  await browser.close();
+  writeFileSync(join(ARTIFACTS, "result.json"), JSON.stringify(result, null, 1));
+  console.log(JSON.stringify(result));
+}
