@@ -274,8 +274,8 @@ class CellRun:
 
     def _check_liveness(self) -> None:
         if not self.pool.mpiexec_alive() or self.pool.dead_ranks():
-            # MPI aborts the whole job when one rank dies; give mpiexec a moment to say which one.
-            deadline = time.monotonic() + 3
+            # MPI aborts the whole job when one rank dies; mpiexec then says which one and how, as it exits.
+            deadline = time.monotonic() + 10
             while self.pool.mpiexec_alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
             raise _PoolLost(self.pool.death_report())

@@ -533,10 +533,14 @@ class Pool:
         launcher = self._engine_launcher()
         if launcher is None:
             return ""
+        # Read the file itself: ipyparallel's get_output() keeps its first read, which may predate the message.
         try:
-            text = launcher.get_output(remove=False) or ""
-        except Exception:
-            return ""
+            text = Path(launcher.output_file).read_text(errors="replace")
+        except (AttributeError, OSError, TypeError):
+            try:
+                text = launcher.get_output(remove=False) or ""
+            except Exception:
+                return ""
         lines = [ln for ln in text.splitlines() if ln.strip()]
         return "\n".join(lines[-limit:])
 
@@ -544,7 +548,12 @@ class Pool:
         """Which rank died and how, from mpiexec's own message where it gave one."""
         out = self.mpiexec_output(200)
         by_pid = {r.pid: r.rank for r in self.ranks}
-        m = re.search(r"rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)(?: \(([^)]+)\))?", out)
+        # prterun wraps its message over lines: "... rank 0 with PID 123 on node vm exited on\nsignal 9 (Killed)."
+        m = re.search(
+            r"rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+exited\s+on\s+signal\s+(\d+)"
+            r"(?:\s+\(([^)]+)\))?",
+            out,
+        )
         if m:
             pid = int(m.group(2))
             rank = by_pid.get(pid, int(m.group(1)))

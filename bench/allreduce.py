@@ -1,0 +1,104 @@
+"""Allreduce inside the pool vs under plain mpirun vs raw mpi4py, 4 KB to 64 MB: latency and bus bandwidth.
+
+    python bench/allreduce.py [--iters 20]
+
+Bus bandwidth uses NCCL's convention for allreduce: bytes * 2 (n-1)/n / time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import report, setup_env
+
+from jupyter_hvd.testing import Kernel
+
+SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+
+MEASURE = """
+import json, time
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+out = {}
+for nbytes in SIZES:
+    t = torch.ones(nbytes // 4)
+    iters = ITERS if nbytes <= (4 << 20) else max(3, ITERS // 4)
+    for i in range(3):
+        hvd.allreduce(t, name=f"warm.{nbytes}.{i}", op=hvd.Sum)
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for i in range(iters):
+        hvd.allreduce(t, name=f"ar.{nbytes}.{i}", op=hvd.Sum)
+    hvd_s = (time.perf_counter() - t0) / iters
+    a, b = np.ones(nbytes // 4, dtype=np.float32), np.empty(nbytes // 4, dtype=np.float32)
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for i in range(iters):
+        comm.Allreduce(a, b)
+    mpi_s = (time.perf_counter() - t0) / iters
+    out[nbytes] = (hvd_s, mpi_s)
+if rank == 0:
+    print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+def result_of(text: str) -> dict:
+    line = next(ln for ln in text.splitlines() if ln.startswith("RESULT "))
+    return {int(k): v for k, v in json.loads(line[len("RESULT ") :]).items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--np", type=int, default=2)
+    args = parser.parse_args()
+    setup_env()
+    body = MEASURE.replace("SIZES", repr(SIZES)).replace("ITERS", str(args.iters))
+    k = Kernel()
+    try:
+        k.run("%load_ext jupyter_hvd")
+        assert k.run(f"%hvd_start -np {args.np}", timeout=300).status == "ok"
+        r = k.run("%%hvd --no-plot\n" + body, timeout=600)
+        assert r.status == "ok", r.error_text
+        pool = result_of(r.stdout)
+        k.run("%hvd_stop")
+    finally:
+        k.shutdown()
+    script = "from mpi4py import MPI\nimport torch\nimport horovod.torch as hvd\nhvd.init()\nrank = hvd.rank()\n" + body
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(script)
+    out = subprocess.run(
+        ["mpirun", "-np", str(args.np), "--bind-to", "none", sys.executable, f.name],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    plain = result_of(out)
+    n = args.np
+    rows = []
+    for nbytes in SIZES:
+        (p_hvd, p_mpi), (s_hvd, _) = pool[nbytes], plain[nbytes]
+        rows.append(
+            {
+                "size": f"{nbytes >> 10} KB" if nbytes < (1 << 20) else f"{nbytes >> 20} MB",
+                "pool_hvd_ms": p_hvd * 1e3,
+                "mpirun_hvd_ms": s_hvd * 1e3,
+                "pool_mpi4py_ms": p_mpi * 1e3,
+                "pool_busbw_GBps": nbytes * 2 * (n - 1) / n / p_hvd / 1e9,
+                "pool/mpirun": s_hvd / p_hvd,
+            }
+        )
+    report(
+        "allreduce", rows, ["size", "pool_hvd_ms", "mpirun_hvd_ms", "pool_mpi4py_ms", "pool_busbw_GBps", "pool/mpirun"]
+    )
+
+
+if __name__ == "__main__":
+    main()

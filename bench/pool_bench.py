@@ -1,0 +1,133 @@
+"""Pool start, empty-cell round trip, and the edit-run loop (warm %%hvd cell vs cold mpirun), in a real kernel.
+
+python bench/pool_bench.py [--np 1 2 4] [--round-trips 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import report, setup_env, summary
+
+from jupyter_hvd.testing import Kernel
+
+TINY_STEP = """
+import torch
+torch.manual_seed(0)
+_m = torch.nn.Linear(32, 1)
+_o = hvd.DistributedOptimizer(torch.optim.SGD(_m.parameters(), lr=0.1), named_parameters=_m.named_parameters())
+_o.zero_grad(); _m(torch.randn(8, 32)).sum().backward(); _o.step()
+if rank == 0:
+    print("first step done", flush=True)
+"""
+
+
+def start_times(nps: list[int]) -> list[dict]:
+    rows = []
+    for np in nps:
+        k = Kernel()
+        try:
+            k.run("%load_ext jupyter_hvd")
+            extra = " --oversubscribe" if np > 2 else ""
+            r = k.run(f"%hvd_start -np {np}{extra}", timeout=300)
+            assert r.status == "ok", r.stdout + r.stderr + r.error_text
+            rows.append(
+                {
+                    "what": f"%hvd_start -np {np} (cold, incl. torch import + hvd.init)",
+                    "seconds": r.finished - r.started,
+                }
+            )
+            k.run("%hvd_stop")
+        finally:
+            k.shutdown()
+    return rows
+
+
+def warm_loop(round_trips: int) -> tuple[list[dict], dict]:
+    k = Kernel()
+    rows = []
+    try:
+        k.run("%load_ext jupyter_hvd")
+        assert k.run("%hvd_start -np 2", timeout=300).status == "ok"
+        for flags, label in (("--no-plot", "empty %%hvd cell, --no-plot"), ("", "empty %%hvd cell, live view on")):
+            k.run(f"%%hvd {flags}\npass")  # warm-up
+            times = []
+            for _ in range(round_trips):
+                r = k.run(f"%%hvd {flags}\npass")
+                times.append(r.finished - r.started)
+            s = summary(times)
+            rows.append({"what": label, "median_ms": s["median"] * 1e3, "p95_ms": s["p95"] * 1e3, "n": s["n"]})
+        plain = [k.run("pass") for _ in range(round_trips)]
+        s = summary([r.finished - r.started for r in plain])
+        rows.append(
+            {
+                "what": "plain kernel cell `pass` (reference)",
+                "median_ms": s["median"] * 1e3,
+                "p95_ms": s["p95"] * 1e3,
+                "n": s["n"],
+            }
+        )
+        firsts = []
+        for _ in range(10):
+            r = k.run("%%hvd --no-plot\n" + TINY_STEP)
+            t = next(t for t, _, text in r.streams if "first step done" in text)
+            firsts.append(t - r.started)
+        warm_first = summary(firsts)
+        k.run("%hvd_stop")
+    finally:
+        k.shutdown()
+    return rows, warm_first
+
+
+def cold_mpirun(repeats: int = 3) -> dict:
+    script = (
+        "from mpi4py import MPI\nimport torch\nimport horovod.torch as hvd\nhvd.init()\nrank = hvd.rank()\n" + TINY_STEP
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(script)
+    times = []
+    for _ in range(repeats):
+        t0 = time.monotonic()
+        subprocess.run(
+            ["mpirun", "-np", "2", "--bind-to", "none", sys.executable, f.name], check=True, capture_output=True
+        )
+        times.append(time.monotonic() - t0)
+    return summary(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--np", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--round-trips", type=int, default=200)
+    args = parser.parse_args()
+    setup_env()
+    rows = start_times(args.np)
+    loop_rows, warm_first = warm_loop(args.round_trips)
+    cold = cold_mpirun()
+    rows += loop_rows
+    rows.append(
+        {
+            "what": "run -> first training step: warm %%hvd cell",
+            "median_ms": warm_first["median"] * 1e3,
+            "p95_ms": warm_first["p95"] * 1e3,
+            "n": warm_first["n"],
+        }
+    )
+    rows.append(
+        {
+            "what": "run -> first training step: cold `mpirun -np 2 python tiny.py`",
+            "seconds": cold["median"],
+            "n": cold["n"],
+        }
+    )
+    report("pool", rows, ["what", "seconds", "median_ms", "p95_ms", "n"])
+
+
+if __name__ == "__main__":
+    main()

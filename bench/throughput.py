@@ -1,0 +1,65 @@
+"""Training throughput: the same loop as a %%hvd cell (live view on) and as a script under mpirun, interleaved.
+
+python bench/throughput.py [--rounds 3] [--steps 150]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import workload
+from common import report, setup_env, summary
+
+from jupyter_hvd.testing import Kernel
+
+
+def result_of(text: str) -> dict:
+    line = next(ln for ln in text.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--print-every", type=int, default=1, help="rank 0 prints the loss every N steps")
+    args = parser.parse_args()
+    setup_env()
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(workload.script(args.steps, args.print_every))
+    k = Kernel()
+    cell_rates, script_rates = [], []
+    try:
+        k.run("%load_ext jupyter_hvd")
+        assert k.run("%hvd_start -np 2", timeout=300).status == "ok"
+        for _ in range(args.rounds):  # A B A B: both see the same machine state
+            r = k.run("%%hvd\n" + workload.cell(args.steps, args.print_every), timeout=600)
+            assert r.status == "ok", r.error_text
+            cell_rates.append(result_of(r.stdout)["samples_per_s"])
+            out = subprocess.run(
+                ["mpirun", "-np", "2", "--bind-to", "none", sys.executable, f.name],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            script_rates.append(result_of(out)["samples_per_s"])
+        k.run("%hvd_stop")
+    finally:
+        k.shutdown()
+    c, s = summary(cell_rates), summary(script_rates)
+    rows = [
+        {"run": "%%hvd cell (live view on)", "samples_per_s": c["median"], "min": c["min"], "max": c["max"]},
+        {"run": "mpirun -np 2 python script.py", "samples_per_s": s["median"], "min": s["min"], "max": s["max"]},
+        {"run": "ratio cell / script", "samples_per_s": c["median"] / s["median"]},
+    ]
+    report("throughput", rows, ["run", "samples_per_s", "min", "max"], {"cell": cell_rates, "script": script_rates})
+
+
+if __name__ == "__main__":
+    main()

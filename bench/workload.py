@@ -1,0 +1,57 @@
+"""The training workload shared by the notebook cell and the mpirun script: same model, data and loop.
+
+The body runs with `hvd`, `torch`, `rank`, `size` defined (as in a %%hvd cell). It prints one line
+`RESULT {...}` on rank 0 with samples/s measured after a warm-up, between two barriers.
+"""
+
+SETUP = """
+import json, time
+import torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+                      nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 8 * 8, 128), nn.ReLU(), nn.Linear(128, 10))
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9),
+                               named_parameters=model.named_parameters())
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+hvd.broadcast_optimizer_state(opt, root_rank=0)
+g = torch.Generator().manual_seed(rank)
+batch = 64
+data = [(torch.randn(batch, 1, 16, 16, generator=g), torch.randint(0, 10, (batch,), generator=g)) for _ in range(8)]
+"""
+
+TRAIN = """
+def step(i):
+    x, y = data[i % len(data)]
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+for i in range(5):
+    step(i)
+hvd.allreduce(torch.zeros(1), name="bench.start")
+t0 = time.perf_counter()
+for i in range(STEPS):
+    loss = step(i)
+    if rank == 0 and PRINT_EVERY and i % PRINT_EVERY == 0:
+        print(f"step {i} loss={loss.item():.4f}", flush=True)
+hvd.allreduce(torch.zeros(1), name="bench.end")
+seconds = time.perf_counter() - t0
+if rank == 0:
+    print("RESULT " + json.dumps({"samples_per_s": STEPS * batch * size / seconds, "seconds": seconds}), flush=True)
+"""
+
+
+def cell(steps: int, print_every: int) -> str:
+    """The workload as the body of a %%hvd cell."""
+    return SETUP + TRAIN.replace("STEPS", str(steps)).replace("PRINT_EVERY", str(print_every))
+
+
+def script(steps: int, print_every: int) -> str:
+    """The workload as a stand-alone script for `mpirun -np N python script.py`."""
+    head = (
+        "from mpi4py import MPI\nimport torch\nimport horovod.torch as hvd\nhvd.init()\n"
+        "rank, size = hvd.rank(), hvd.size()\n"
+        "import os\ntorch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // hvd.local_size()))\n"
+    )
+    return head + cell(steps, print_every)

@@ -1,0 +1,86 @@
+"""Drive a real IPython kernel from Python: run cells, collect what they send, time them.
+
+Used by the test suite and the benchmarks (a jupyter_client kernel, as a notebook front end would use it).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class CellResult:
+    """What a real kernel sent back for one cell: status, stream text with arrival times, errors."""
+
+    status: str
+    streams: list[tuple[float, str, str]] = field(default_factory=list)  # (time, name, text)
+    error: dict[str, Any] | None = None
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    started: float = 0.0
+    finished: float = 0.0
+
+    @property
+    def stdout(self) -> str:
+        return "".join(t for _, n, t in self.streams if n == "stdout")
+
+    @property
+    def stderr(self) -> str:
+        return "".join(t for _, n, t in self.streams if n == "stderr")
+
+    @property
+    def error_text(self) -> str:
+        return "\n".join(self.error["traceback"]) if self.error else ""
+
+
+class Kernel:
+    """A real IPython kernel (jupyter_client) with helpers to run a cell and collect what it sends."""
+
+    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+        from jupyter_client.manager import KernelManager
+
+        env = {**os.environ, **(extra_env or {})}
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(env=env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        self.pid: int = self.km.provisioner.process.pid  # type: ignore[union-attr]
+
+    def run(self, code: str, timeout: float = 120.0, on_start: Any = None) -> CellResult:
+        """Execute `code`, collect iopub until idle; `on_start(result)` runs once the cell is sent."""
+        msg_id = self.kc.execute(code)
+        res = CellResult(status="?", started=time.monotonic())
+        if on_start is not None:
+            on_start(res)
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"cell did not finish within {timeout} s: {code[:80]!r}")
+            try:
+                msg = self.kc.get_iopub_msg(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                res.streams.append((time.monotonic(), content["name"], content["text"]))
+            elif kind == "error":
+                res.error = content
+            elif kind in ("display_data", "execute_result"):
+                res.outputs.append(content)
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+        reply = self.kc.get_shell_msg(timeout=10)
+        res.status = reply["content"]["status"]
+        res.finished = time.monotonic()
+        return res
+
+    def shutdown(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=False)
