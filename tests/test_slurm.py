@@ -172,10 +172,12 @@ ip.run_line_magic("load_ext", "jupyter_hvd")
 from jupyter_hvd.kernel import pool as pools
 ip.run_line_magic("hvd_start", sys.argv[1])
 p = pools.current()
+launcher = p._engine_launcher()
 ip.run_cell_magic("hvd", "", "total = hvd.allreduce(torch.tensor([rank + 1.0]), op=hvd.Sum).item()")
 totals = [p.client[r.engine_id].pull("total", block=True) for r in p.ranks]
-job = p._engine_launcher().job_id
-print("@@ " + json.dumps({"job": job, "totals": totals}), flush=True)
+job = getattr(launcher, "job_id", "")
+hosts = [r.host for r in p.ranks]
+print("@@ " + json.dumps({"job": job, "totals": totals, "hosts": hosts, "mpiexec": launcher.args}), flush=True)
 ip.run_line_magic("hvd_stop", "")
 print("@@ stopped", flush=True)
 """
@@ -317,3 +319,21 @@ def test_engines_as_a_real_slurm_job(slurm_cluster, tmp_path):
     assert slurm_cluster.exec("squeue", "-h").stdout.strip() == ""
     ctld_log = (slurm_cluster.root / "log" / "slurmctld.log").read_text()
     assert f"REQUEST_KILL_JOB JobId={job}" in ctld_log
+
+
+def test_inside_an_allocation_the_pool_takes_it(slurm_cluster, tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    slurm_cluster.env.update(
+        JUPYTER_HVD_STATE_DIR=str(tmp_path / "hvd-state"),
+        PATH=str(Path(sys.executable).parent) + ":" + slurm_cluster.env.get("PATH", ""),
+    )
+    # The notebook runs inside `salloc -N 1 -n 2`; %hvd_start is given no -np.
+    done = slurm_cluster.exec("salloc", "-N", "1", "-n", "2", sys.executable, str(script), "--cpu", check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    result = json.loads(next(ln[3:] for ln in said.splitlines() if ln.startswith("@@ {")))
+    assert f"2 ranks on {slurm_cluster.host}" in said  # "Using SLURM job N: 2 ranks on vm"
+    assert result["totals"] == [3.0, 3.0]
+    assert result["hosts"] == [slurm_cluster.host] * 2
+    assert f"{slurm_cluster.host}:2" in result["mpiexec"]  # mpiexec --host node:2, from the allocation
