@@ -70,3 +70,26 @@ def test_kernel_killed_leaves_no_process():
     print(f"pool reaped {time.monotonic() - t0:.1f} s after kill -9 of the kernel")
     k.kc.stop_channels()
     k.km.cleanup_resources()
+
+
+def test_kernel_restart_leaves_no_process():
+    k = Kernel()
+    try:
+        prefix = start_pool(k)
+        k.km.restart_kernel(now=False)
+        assert wait_until_gone(prefix) == []
+    finally:
+        k.shutdown()
+
+
+def test_extension_loads_from_ipython_config(tmp_path):
+    (tmp_path / "profile_default").mkdir()
+    (tmp_path / "profile_default" / "ipython_config.py").write_text(
+        "c.InteractiveShellApp.extensions = ['jupyter_hvd']\n"
+    )
+    k = Kernel(extra_env={"IPYTHONDIR": str(tmp_path)})
+    try:
+        r = k.run("%hvd_status")
+        assert r.status == "ok" and "No jupyter-hvd pool is running" in r.stdout, r.stderr
+    finally:
+        k.shutdown()
