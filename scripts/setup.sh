@@ -5,6 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+WITH_TEST_TOOLS=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-test-tools) WITH_TEST_TOOLS=1 ;;  # Chromium for the browser tests
+    *) echo "usage: scripts/setup.sh [--with-test-tools]" >&2; exit 2 ;;
+  esac
+done
 PY=${PYTHON:-python3.11}
 VENV=$ROOT/.venv
 CACHE=${JUPYTER_HVD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jupyter-hvd}
@@ -13,7 +20,13 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 command -v "$PY" >/dev/null || PY=python3
 [ -x "$VENV/bin/python" ] || { log "creating $VENV"; "$PY" -m venv "$VENV"; }
 export PATH="$VENV/bin:$PATH"   # the venv's mpicc/mpirun first, so Horovod, mpi4py and ipyparallel share one libmpi
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
+# pip, quiet, without this machine's harmless "Location ... is ignored" notes about local indexes.
+pip() {
+  local out rc=0
+  out=$("$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2>&1) || rc=$?
+  printf '%s\n' "$out" | grep -v -e "is ignored: it is neither" -e '^$' || true
+  return $rc
+}
 
 has_gpu() { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }
 
@@ -49,7 +62,7 @@ else
     fi
     # CMake 4 refuses the vendored gloo's cmake_minimum_required(2.8.12) without this policy floor.
     env $FLAGS CXX="$WRAP" CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$(nproc)" \
-      "$VENV/bin/python" -m pip wheel --no-build-isolation --no-deps --no-cache-dir -w "$CACHE/build-$KEY/out" horovod==0.28.1
+      pip wheel --no-build-isolation --no-deps --no-cache-dir -w "$CACHE/build-$KEY/out" horovod==0.28.1
     mkdir -p "$WHEELDIR" && mv "$CACHE/build-$KEY"/out/horovod-*.whl "$WHEELDIR/" && rm -rf "$CACHE/build-$KEY"
   else
     log "Horovod wheel found in cache ($WHEELDIR)"
@@ -60,4 +73,15 @@ fi
 
 log "installing jupyter-hvd (editable)"
 pip install --no-build-isolation --no-deps -e .
+# A kernelspec inside the venv, so notebooks run by this venv's Jupyter use this venv's Python.
+"$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (jupyter-hvd)" >/dev/null
 "$VENV/bin/python" -m jupyter_hvd.doctor
+
+if [ "$WITH_TEST_TOOLS" = 1 ] && [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing Debian's chromium for the browser tests"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    log "no /usr/bin/chromium: browser tests will be skipped (install Debian's chromium to run them)"
+  fi
+fi
