@@ -319,6 +319,7 @@ def test_engines_as_a_real_slurm_job(slurm_cluster, tmp_path):
     assert slurm_cluster.exec("squeue", "-h").stdout.strip() == ""
     ctld_log = (slurm_cluster.root / "log" / "slurmctld.log").read_text()
     assert f"REQUEST_KILL_JOB JobId={job}" in ctld_log
+    assert list((tmp_path / "hvd-state").glob("*.sbatch")) == []  # the job script was removed once it ran
 
 
 def test_inside_an_allocation_the_pool_takes_it(slurm_cluster, tmp_path):

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .. import state
@@ -227,6 +228,9 @@ def wait_for_job(launcher: Any, timeout: float) -> None:
             print(f"SLURM job {job_id}: {state or 'gone'}{f' ({reason})' if reason else ''}", flush=True)
             shown = (state, reason)
         if state in ("RUNNING", "COMPLETING"):
+            # The script has done its work (a failed job's script stays, for the user to read).
+            if getattr(launcher, "batch_file", ""):
+                Path(launcher.batch_file).unlink(missing_ok=True)
             return
         if state in FAILED_STATES or not state:
             raise PoolError(
