@@ -74,7 +74,8 @@ def pool(ip: Any) -> Iterator[Any]:
     """A real 2-rank pool (MPI engines, Horovod initialised), stopped after the module."""
     from jupyter_hvd.kernel import pool as pools
 
-    ip.run_line_magic("hvd_start", "-np 2")
+    # Tuning flags and --env are part of the fixture so every module checks they reach the engines.
+    ip.run_line_magic("hvd_start", "-np 2 --env JUPYTER_HVD_TEST=yes --cycle-time 2.5 --fusion-mb 8")
     p = pools.current()
     try:
         yield p

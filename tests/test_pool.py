@@ -201,3 +201,24 @@ def test_help_text(ip):
 
     assert "-np" in HvdMagics.hvd_start.__doc__
     assert "--ranks" in HvdMagics.hvd.__doc__
+
+
+def test_env_and_horovod_tuning_reach_the_engines(ip, pool):
+    ip.run_cell_magic(
+        "hvd",
+        "",
+        "import os\nkeys = ('JUPYTER_HVD_TEST', 'HOROVOD_CYCLE_TIME', 'HOROVOD_FUSION_THRESHOLD')\n"
+        "seen = {k: os.environ.get(k) for k in keys}",
+    )
+    assert pull(pool, "seen", 1) == {
+        "JUPYTER_HVD_TEST": "yes",
+        "HOROVOD_CYCLE_TIME": "2.5",
+        "HOROVOD_FUSION_THRESHOLD": str(8 * 1024 * 1024),
+    }
+
+
+def test_cpu_ranks_share_the_cores(ip, pool):
+    import os
+
+    ip.run_cell_magic("hvd", "", "threads = torch.get_num_threads()")
+    assert pull(pool, "threads", 0) == max(1, len(os.sched_getaffinity(0)) // 2)
