@@ -100,3 +100,26 @@ def test_start_magic_rejects_bad_hosts_before_starting_anything(ip):
             ip.run_line_magic("hvd_start", "-H a:1 --hostfile /etc/hosts")
     finally:
         pools.set_current(saved)
+
+
+def test_pool_on_hosts_given_with_h_runs_here(ip):
+    """`-H` with this host only (no root, no network needed): the multi-host launch path end to end."""
+    from jupyter_hvd.kernel import pool as pools
+
+    saved = pools.current()
+    pools.set_current(None)
+    try:
+        ip.run_line_magic("hvd_start", "-H localhost:2 --cpu --timeout 90")
+        pool = pools.current()
+        assert pool is not None and pool.options.np == 2  # -np defaults to the hosts' slots
+        assert pool.cluster.controller_ip == "127.0.0.1"  # only local hosts: the controller stays on loopback
+        launch = pool._engine_launcher().args
+        assert "--host" in launch and "localhost:2" in launch
+        assert "IPP_CONNECTION_INFO" in launch  # forwarded with -x, as remote hosts need it
+        ip.run_cell_magic("hvd", "", "total = hvd.allreduce(torch.tensor([rank + 1.0]), op=hvd.Sum).item()")
+        assert [pool.client[r.engine_id].pull("total", block=True) for r in pool.ranks] == [3.0, 3.0]
+        assert [(r.local_rank, r.cross_rank) for r in pool.ranks] == [(0, 0), (1, 0)]
+    finally:
+        if pools.current() is not None:
+            ip.run_line_magic("hvd_stop", "")
+        pools.set_current(saved)
