@@ -146,7 +146,11 @@ def describe_exception(exc: BaseException) -> dict[str, str]:
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
     lines = traceback.format_exception(type(exc), exc, tb)
-    return {"ename": type(exc).__name__, "evalue": str(exc), "traceback": "".join(lines)}
+    where = ""
+    for frame in traceback.extract_tb(tb):
+        if frame.filename.startswith("<hvd-cell-"):  # the innermost line of the user's cell
+            where = f"line {frame.lineno}: {(frame.line or '').strip()}"
+    return {"ename": type(exc).__name__, "evalue": str(exc), "traceback": "".join(lines), "where": where}
 
 
 def leave_collectives() -> dict[str, Any]:

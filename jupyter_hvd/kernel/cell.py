@@ -89,6 +89,7 @@ class _RankRun:
     signaled_at: float | None = None
     join: Any = None
     joined: bool = False
+    ended_after_failure: bool = False  # finished normally, but after another rank had failed
 
 
 class CellRun:
@@ -256,6 +257,7 @@ class CellRun:
             self.last_lines[run.rank] = record["tail"][-1][-200:]
         if record["ok"]:
             run.state = "ok"
+            run.ended_after_failure = self.reason is not None
             return
         err = record["error"]
         # After the wind-down began, an interrupt or a collective broken by a peer's join is a consequence,
@@ -345,6 +347,18 @@ class CellRun:
 
     # ---- result --------------------------------------------------------------------------------------------
 
+    def _stopped_where(self, ranks: list[int]) -> str:
+        """': rank 0 at line 3: hvd.allreduce(...)' for stopped ranks whose interrupt named a line of the cell."""
+        places = {}
+        for rank in ranks:
+            record = self.runs[rank].record
+            where = (record or {}).get("error", {}) or {}
+            if where.get("where"):
+                places.setdefault(where["where"], []).append(rank)
+        if not places:
+            return "."
+        return ":\n" + "\n".join(f"  {format_ranks(rs)} at {w}" for w, rs in places.items())
+
     def _finish(self) -> Any:
         lost = self.lost
         errors = [
@@ -367,7 +381,14 @@ class CellRun:
             parts.append(
                 f"{format_ranks(stopped)} {'was' if len(stopped) == 1 else 'were'} still running after the "
                 "error (most likely waiting for the failed ranks in a collective) and "
-                f"{'was' if len(stopped) == 1 else 'were'} stopped."
+                f"{'was' if len(stopped) == 1 else 'were'} stopped"
+                + self._stopped_where(stopped)
+            )
+        finished_late = sorted(r.rank for r in self.runs.values() if r.state == "ok" and r.ended_after_failure)
+        if finished_late and errors:
+            parts.append(
+                f"{format_ranks(finished_late)} ran to the end, but collectives after the error completed without "
+                "the failed ranks (they had left them): treat what this cell computed there as invalid."
             )
         if lost is not None:
             parts.append(lost)
