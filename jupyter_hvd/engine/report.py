@@ -71,6 +71,8 @@ def flush() -> int:
 
 
 def _number(name: str, value: Any) -> Any:
+    if type(value) is float:  # the common case first: an ABC check costs more than the rest of report()
+        return value
     if isinstance(value, numbers.Real):
         return float(value)
     item = getattr(value, "item", None)
