@@ -10,7 +10,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import shlex
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,7 +124,7 @@ def controller_ip(hosts: list[Host], override: str = "") -> str:
     address of this host's route to the first remote host (no packet is sent to find it)."""
     if override:
         mine = local_addresses()
-        if override not in mine and override not in ("0.0.0.0", "*"):
+        if override not in mine:  # listening on every interface is not offered: one address, one network
             raise ValueError(f"--ip {override} is not an address of this host (it has: {', '.join(sorted(mine))})")
         return override
     remote = [h.name for h in hosts if not is_local(h.name)]
@@ -198,11 +197,6 @@ def mpiexec_args(
 def describe(hosts: list[Host]) -> str:
     """`server1 (4), server2 (4)`, for messages."""
     return ", ".join(f"{h.name} ({h.slots if h.slots else 'all cores'})" for h in hosts)
-
-
-def quote(args: list[str]) -> str:
-    """A command line as a user would type it (for error messages and the docs)."""
-    return shlex.join(args)
 
 
 def pool_hosts(hosts: str = "", hostfile: str = "") -> list[Host]:
