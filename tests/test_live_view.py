@@ -310,3 +310,38 @@ def test_a_kernel_without_a_widget_front_end_streams_text_and_keeps_a_final_plot
     (final,) = [m["content"]["data"] for _, m in run.of("display_data")]
     assert "data:image/svg+xml;base64," in final["text/html"]
     assert "loss" in final["text/plain"]
+
+
+def test_a_failed_cell_ends_the_view_as_stopped_and_shows_the_error(live: LiveKernel) -> None:
+    run = live.run(
+        "%%hvd\nimport time\nprint('loss=1.0', flush=True)\ntime.sleep(0.3)\nif rank == 1:\n    raise KeyError('boom')"
+    )
+    assert run.updates[-1][1]["status"]["state"] == "failed"
+    assert run.errors and "KeyError" in "".join(run.errors[0]["traceback"])
+    static = [m["content"]["data"] for _, m in run.of("display_data")][-1]
+    assert "stopped (error or interrupt)" in static["text/plain"]
+
+
+def test_a_view_opened_later_gets_everything_in_one_update(live: LiveKernel) -> None:
+    run = live.run(TRAIN.format(options="", steps=40, average=""))
+    (opened,) = [m for _, m in run.of("comm_open") if m["content"]["target_name"] == "jupyter.widget"][-1:]
+    comm_id = opened["content"]["comm_id"]
+    kc = live.k.kc
+    # What a reloaded page's widget sends once the cell has ended.
+    kc.shell_channel.send(
+        kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"method": "custom", "content": {"type": "sync"}}})
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        msg = kc.get_iopub_msg(timeout=10)
+        data = msg["content"].get("data", {}) if msg["msg_type"] == "comm_msg" else {}
+        if msg["content"].get("comm_id") == comm_id and data.get("method") == "custom":
+            content, buffers = data["content"], msg["buffers"]
+            break
+    else:
+        raise AssertionError("no reply to the view's sync request")
+    assert content["full"] is True and content["status"]["state"] == "done"
+    (curve,) = content["curves"]
+    assert curve["start"] == 0 and list(array("d", bytes(buffers[0]))) == list(range(40))
+    texts = [t for t, _ in content["log"]["append"]]
+    assert "done" in texts and sum("/40 [" in t for t in texts) == 1  # the bar, once, in its last state
