@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 from .. import state
 from .errors import PoolError
-from .hosts import Host, forwarded_keys
+from .hosts import Host, forwarded_keys, pool_hosts, total_slots
 
 ENGINE_LAUNCHER = "slurm"  # ipyparallel's SlurmEngineSetLauncher
 POLL_S = 2.0  # how often squeue is asked while the job waits in the queue
@@ -241,10 +240,9 @@ def wait_for_job(launcher: Any, timeout: float) -> None:
         if time.monotonic() > deadline:
             raise PoolError(
                 f"SLURM job {job_id} still waits in the queue ({state} {reason}) after {timeout:g} s.",
-                "Wait longer with a bigger --timeout, ask for fewer nodes, or %hvd_stop to cancel the job.",
+                "Start again with a bigger --timeout or fewer nodes (%hvd_stop cancels a job still queued).",
             )
         time.sleep(POLL_S)
-        sys.stdout.flush()
 
 
 def choose_ranks(
@@ -252,8 +250,6 @@ def choose_ranks(
 ) -> tuple[int, str, str]:
     """-np and -H for `%hvd_start`: as given; else the SLURM allocation this kernel runs in; else the slots of
     the hosts, or nodes x GPUs of a --slurm job; else 2. Returns (np, hosts, a note for the user or "")."""
-    from .hosts import pool_hosts, total_slots
-
     if np is not None:
         return np, hosts_spec, ""
     if hosts_spec or hostfile:
