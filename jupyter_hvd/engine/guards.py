@@ -1,5 +1,5 @@
 """Script habits made safe on a persistent pool: `hvd.init()` pasted into a cell, a cell that wraps an optimizer
-run twice, `zero_grad(set_to_none=True)`.
+run twice, `zero_grad(set_to_none=True)`, `hvd.broadcast_object(x if rank == 0 else None)`.
 
 Under `mpirun` a script runs once in a fresh process; here the engines live on, cell after cell, so a line that
 is harmless in a script can act twice. Imported on the engines only; `install()` runs once, from the bootstrap.
@@ -138,8 +138,20 @@ def _guard_distributed_optimizer(hvd: Any) -> None:
     hvd.DistributedOptimizer = DistributedOptimizer
 
 
+def _guard_broadcast_object(hvd: Any) -> None:
+    real = hvd.broadcast_object
+
+    @functools.wraps(real)
+    def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None, **kwargs: Any) -> Any:
+        # Horovod names the op after type(obj): `cfg if rank == 0 else None` gives each rank another name, and hangs.
+        return real(obj, root_rank, name or "broadcast_object", **kwargs)
+
+    hvd.broadcast_object = broadcast_object
+
+
 def install() -> None:
-    """Make `hvd.init()`, `hvd.DistributedOptimizer` and `zero_grad(set_to_none=...)` safe to use cell after cell."""
+    """Make `hvd.init()`, `hvd.DistributedOptimizer`, `hvd.broadcast_object` and `zero_grad(set_to_none=...)` safe
+    to use cell after cell, as scripts use them."""
     import horovod.torch as hvd
 
     if getattr(hvd, "_jupyter_hvd_guarded", False):
@@ -147,4 +159,5 @@ def install() -> None:
     _guard_init(hvd)
     _zero_grad_with_set_to_none()
     _guard_distributed_optimizer(hvd)
+    _guard_broadcast_object(hvd)
     hvd._jupyter_hvd_guarded = True
