@@ -85,3 +85,11 @@ if [ "$WITH_TEST_TOOLS" = 1 ] && [ ! -x /usr/bin/chromium ]; then
     log "no /usr/bin/chromium: browser tests will be skipped (install Debian's chromium to run them)"
   fi
 fi
+
+# The sidebar: JupyterLab serves the in-tree build (`npm run build` in labextension/ updates it); its front-end
+# unit tests and browser tests need the labextension's dev dependencies (vitest, playwright-core).
+"$VENV/bin/jupyter" labextension develop --overwrite . >/dev/null 2>&1 || log "could not link the sidebar's labextension"
+if [ "$WITH_TEST_TOOLS" = 1 ] && command -v npm >/dev/null; then
+  log "installing the sidebar's test tools (npm install in labextension/)"
+  (cd labextension && npm install --no-audit --no-fund >/dev/null 2>&1) || log "npm install failed: the sidebar's front-end tests will be skipped"
+fi

@@ -15,7 +15,7 @@ LABEXT = ROOT / "labextension"
 
 needs_node_modules = pytest.mark.skipif(
     not shutil.which("node") or not (LABEXT / "node_modules" / "vitest").exists(),
-    reason="needs node and the labextension's dev dependencies: cd labextension && npm ci",
+    reason="needs node and the labextension's dev dependencies: cd labextension && npm install",
 )
 
 
