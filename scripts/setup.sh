@@ -77,12 +77,21 @@ pip install --no-build-isolation --no-deps -e .
 "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (jupyter-hvd)" >/dev/null
 "$VENV/bin/python" -m jupyter_hvd.doctor
 
-if [ "$WITH_TEST_TOOLS" = 1 ] && [ ! -x /usr/bin/chromium ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    log "installing Debian's chromium for the browser tests"
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-  else
-    log "no /usr/bin/chromium: browser tests will be skipped (install Debian's chromium to run them)"
+# Test tools from Debian: Chromium (browser tests), iproute2 (two-host test in network namespaces),
+# slurm-wlm + munge (a real single-node SLURM job). Tests that lack one skip with the reason.
+if [ "$WITH_TEST_TOOLS" = 1 ]; then
+  missing=()
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  command -v ip >/dev/null || missing+=(iproute2)
+  command -v slurmctld >/dev/null || missing+=(slurm-wlm)
+  command -v munged >/dev/null || missing+=(munge)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      log "installing test tools from Debian: ${missing[*]}"
+      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+      log "missing ${missing[*]} (needs root and apt-get): the tests that use them will be skipped"
+    fi
   fi
 fi
 
