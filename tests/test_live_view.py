@@ -345,3 +345,50 @@ def test_a_view_opened_later_gets_everything_in_one_update(live: LiveKernel) -> 
     assert curve["start"] == 0 and list(array("d", bytes(buffers[0]))) == list(range(40))
     texts = [t for t, _ in content["log"]["append"]]
     assert "done" in texts and sum("/40 [" in t for t in texts) == 1  # the bar, once, in its last state
+
+
+def test_a_line_that_never_ends_keeps_only_its_tail() -> None:
+    from jupyter_hvd.widgets.log import MAX_LINE_CHARS
+
+    log = LogBuffer(max_lines=10)
+    for _ in range(1000):
+        log.feed(0, "stdout", "x" * 100)
+    (partial,) = log.take_delta().partials
+    assert len(partial[0]) == MAX_LINE_CHARS
+
+
+def test_a_metrics_bug_never_stops_the_log(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from jupyter_hvd.widgets import live_view
+
+    def broken(line: str) -> Any:
+        raise ValueError("unreadable")
+
+    monkeypatch.setattr(live_view, "parse_line", broken)
+    view = live_view.LiveView(ranks=2, show_ranks=[0, 1], log_lines=100, plots=["loss"])
+    view.widget.send = lambda content, buffers=None: None
+    view.output(0, "stdout", "loss=1\nloss=2\n")
+    view.close(ok=True)
+    assert [t for t, _ in view.log.lines] == [
+        "[rank 0] loss=1",
+        "[rank 0] loss=2",
+        "[jupyter-hvd] a printed line could not be read for metrics (ValueError: unreadable)",  # said once
+    ]
+    capsys.readouterr()
+
+
+@pytest.mark.gpu
+def test_a_cuda_loss_is_read_on_the_publishing_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU here")
+    import ipyparallel.datapub
+
+    from jupyter_hvd.engine import report as engine_report
+
+    published: list[Any] = []
+    monkeypatch.setattr(ipyparallel.datapub, "publish_data", lambda data: published.append(data[METRICS_KEY]))
+    loss = torch.tensor(0.25, device="cuda")
+    engine_report.report(step=0, loss=loss)
+    assert engine_report._pending[-1]["m"]["loss"].is_cuda  # not synchronised in the training step
+    engine_report.flush()
+    assert published[-1][-1]["m"] == {"loss": 0.25}

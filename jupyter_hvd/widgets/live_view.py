@@ -68,6 +68,7 @@ class LiveView:
         self._lock = threading.Lock()
         self._dirty = threading.Event()
         self._closed = False
+        self._noted = False
         display(self.widget)
         self._thread = threading.Thread(target=self._flush_loop, name="jupyter-hvd-live-view", daemon=True)
         self._thread.start()
@@ -81,16 +82,28 @@ class LiveView:
             if rank == self.parse_rank:
                 now = time.time()
                 for segment in finished:
-                    parsed = parse_line(segment)
-                    if parsed or parsed.step is not None:
-                        self.curves.add_printed(parsed, now)
+                    try:
+                        parsed = parse_line(segment)
+                        if parsed or parsed.step is not None:
+                            self.curves.add_printed(parsed, now)
+                    except Exception as exc:  # a line we cannot read must not stop the cell's output
+                        self._note(f"a printed line could not be read for metrics ({type(exc).__name__}: {exc})")
         self._dirty.set()
 
     def metrics(self, rank: int, data: Any) -> None:
         """A batch of `report()` records from `rank`."""
         with self._lock:
-            self.curves.add_reports(rank, data)
+            try:
+                self.curves.add_reports(rank, data)
+            except Exception as exc:
+                self._note(f"report() values from rank {rank} could not be plotted ({type(exc).__name__}: {exc})")
         self._dirty.set()
+
+    def _note(self, text: str) -> None:
+        # Said once per cell, in the log, where the user is looking.
+        if not self._noted:
+            self._noted = True
+            self.log.feed(-1, "stderr", f"[jupyter-hvd] {text}\n")
 
     def close(self, ok: bool) -> None:
         """The cell ended (ok False: error, interrupt or restart): last update, then the static copy."""
@@ -100,8 +113,12 @@ class LiveView:
         with self._lock:
             self.state = "done" if ok else "failed"
             self.log.finish()
-            self._send(self._take_update())
-        self.widget.updates = self.seq
+            update = self._take_update()
+        try:
+            self._send(update)
+            self.widget.updates = self.seq
+        except Exception:
+            pass  # the front end went away (kernel shutting down): the static copy below still records the cell
         tail = self.log.tail(STATIC_LOG_LINES)
         static = fallback_bundle(self.curves.curves, self.plots, self.status_text(), tail, self.log.total - len(tail))
         display(static, raw=True)
@@ -146,7 +163,10 @@ class LiveView:
             self._dirty.clear()
             with self._lock:
                 update = self._take_update()
-            self._send(update)
+            try:
+                self._send(update)
+            except Exception:
+                return  # the comm is gone; close() still writes the static copy
             time.sleep(interval)  # coalesce: whatever arrives meanwhile goes into the next update
 
     def _take_update(self, full: bool = False) -> tuple[dict[str, Any], list[bytes]]:

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 _BREAKS = re.compile(r"(\r\n|\n|\r)")
+MAX_LINE_CHARS = 4000  # a line that never ends (a bar without \r, a flood) keeps only its last characters
 
 
 @dataclass
@@ -64,12 +65,12 @@ class LogBuffer:
                         finished.append(part.text)
                     part.text, part.rewind = piece, False
                 else:
-                    part.text += piece
+                    part.text = (part.text + piece)[-MAX_LINE_CHARS:]
             self._partials_changed = True
         return finished
 
     def _commit(self, rank: int, stream: str, text: str) -> None:
-        line = (f"[rank {rank}] {text}" if self.prefix_ranks else text, stream)
+        line = (f"[rank {rank}] {text}" if self.prefix_ranks and rank >= 0 else text, stream)  # -1: our own notes
         self.lines.append(line)
         self._unsent.append(line)
         self.total += 1
