@@ -142,5 +142,8 @@ def test_live_view_in_jupyterlab(lab: dict[str, object]) -> None:
     assert r["readout"].startswith("step ") and "loss" in r["readout"]
     assert r["zoomedReadout"].startswith("step ")
     assert r["final"]["staticCopies"] == 1 and r["staticVisible"] is False
+    # After a page reload the widget asks the kernel for everything once and draws it all again.
+    assert r["afterReload"]["points"] == 300 and r["afterReload"]["lines"] == len(r["final"]["lines"])
+    assert r["afterReload"]["status"].startswith("✓ finished") and r["staticVisibleAfterReload"] is False
     assert not r["errors"], r["errors"]
     assert (ARTIFACTS / "1-running.png").exists() and (ARTIFACTS / "3-done.png").exists()

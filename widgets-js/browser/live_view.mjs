@@ -100,6 +100,24 @@ try {
   result.staticVisible = await train.locator(".jhvd-static").isVisible();
   await shot("3-done");
 
+  // A reloaded page: the widget comes back from the kernel and asks it for everything once.
+  await page.keyboard.press("Control+s");
+  await page.waitForTimeout(1000);
+  await page.reload();
+  const again = page.locator(".jp-Notebook .jp-Cell").nth(1);
+  await page.waitForFunction(
+    (cell) => Number(cell.querySelector(".jhvd-plot")?.dataset.points || 0) === 300,
+    await again.elementHandle({ timeout: 60000 }),
+    { timeout: 60000 },
+  );
+  result.afterReload = await again.evaluate((cell) => ({
+    points: Number(cell.querySelector(".jhvd-plot")?.dataset.points || 0),
+    lines: cell.querySelectorAll(".jhvd-log-lines .jhvd-line").length,
+    status: cell.querySelector(".jhvd-status")?.textContent || "",
+  }));
+  result.staticVisibleAfterReload = await again.locator(".jhvd-static").isVisible();
+  await shot("4-after-reload");
+
   const stop = await runCell(2);
   await stop.locator(".jp-OutputArea-output", { hasText: "Pool stopped" }).waitFor({ timeout: 60000 });
   result.ok = true;
