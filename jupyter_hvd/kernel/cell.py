@@ -23,6 +23,7 @@ import ipyparallel as ipp
 from IPython.display import display, publish_display_data
 
 from ..engine import runner
+from ..metrics import parse_line
 from .errors import CellFailed, group_errors
 from .pool import Pool
 from .ranks import format_ranks
@@ -224,8 +225,10 @@ class CellRun:
                 self.options.live.output(rank, ev[2], ev[3])
             else:
                 self.router.feed(rank, ev[2], ev[3])
-        elif kind == "data" and self.options.live is not None and ev[2] is not None:
-            self.options.live.metrics(rank, ev[2])
+        elif kind == "data" and ev[2] is not None:
+            self._note_progress(rank, ev[2])
+            if self.options.live is not None:
+                self.options.live.metrics(rank, ev[2])
         elif kind == "display" and rank == self.options.show_ranks[0]:
             publish_display_data(ev[2].get("data", {}), ev[2].get("metadata", {}))
         elif kind == "idle" and run is not None:
@@ -239,6 +242,26 @@ class CellRun:
         lines = [ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
         if lines:
             self.last_lines[rank] = lines[-1][-200:]
+            # The sidebar shows it live (the watcher writes the state file about once a second).
+            stats: dict[str, Any] = {"last_line": self.last_lines[rank]}
+            parsed = parse_line(self.last_lines[rank])
+            if parsed.step is not None:
+                stats["step"] = parsed.step
+            if "loss" in parsed.values:
+                stats["loss"] = parsed.values["loss"]
+            self.pool.update_rank_stats({rank: stats}, publish=False)
+
+    def _note_progress(self, rank: int, records: Any) -> None:
+        """The latest step and loss of `report()` records, for the sidebar."""
+        stats: dict[str, Any] = {}
+        for record in records if isinstance(records, list) else [records]:
+            if isinstance(record, dict):
+                if record.get("step") is not None:
+                    stats["step"] = record["step"]
+                if isinstance(record.get("m"), dict) and record["m"].get("loss") is not None:
+                    stats["loss"] = record["m"]["loss"]
+        if stats:
+            self.pool.update_rank_stats({rank: stats}, publish=False)
 
     def _finished(self, run: _RankRun) -> None:
         try:

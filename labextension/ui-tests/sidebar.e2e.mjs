@@ -83,12 +83,21 @@ try {
   timings.ranks_busy_s = (Date.now() - busyAt) / 1000;
   await poolBox.locator('.jp-HvdPool-cell', { hasText: 'import time' }).waitFor({ timeout: 5000 });
   await second.locator('.jp-OutputArea-output', { hasText: 'step 3' }).waitFor({ timeout: 30000 });
-  // Live figures of each rank: CPU and RSS (no GPU here), heartbeat age; rank 0's last output line.
+  // Live figures of each rank: CPU and RSS (no GPU here), heartbeat age; rank 0 (whose output the cell shows)
+  // also its step, read from its printed lines, and its last output line, while the cell runs.
   await page.waitForFunction(
-    () =>
-      Array.from(document.querySelectorAll('#jupyter-hvd-sidebar .jp-HvdRank-figures')).filter(f =>
-        /^CPU \d+% \d+ MB · beat \d+ s$/.test(f.textContent || '')
-      ).length === 2,
+    () => {
+      const figures = Array.from(document.querySelectorAll('#jupyter-hvd-sidebar .jp-HvdRank-figures')).map(
+        f => f.textContent || ''
+      );
+      const line = document.querySelector('#jupyter-hvd-sidebar .jp-HvdRank-line')?.textContent || '';
+      return (
+        figures.length === 2 &&
+        /^CPU \d+% \d+ MB · step \d+ · beat \d+ s$/.test(figures[0]) &&
+        /^CPU \d+% \d+ MB · beat \d+ s$/.test(figures[1]) &&
+        /^step \d+$/.test(line)
+      );
+    },
     null,
     { timeout: 10000 }
   );
