@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import re
 import time
 from array import array
 from collections.abc import Iterator
@@ -294,7 +296,11 @@ def test_the_saved_notebook_shows_the_final_curve_without_widgets(live: LiveKern
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source, outputs=outputs)])
     html, _ = HTMLExporter().from_notebook_node(nb)
-    assert "data:image/svg+xml;base64," in html  # the curve
+    image = re.search(r'alt="loss curve" src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"', html)
+    assert image, "the saved notebook's HTML has no loss curve"
+    svg = base64.b64decode(image[1]).decode()
+    raw, smoothed = re.findall(r'data-metric="loss" points="([^"]+)"', svg)
+    assert len(raw.split()) == len(smoothed.split()) == 30  # every step of the curve, raw and smoothed
     assert "30/30 [" in html and "done" in html  # the end of the log
     assert "finished · 2 ranks · step 29" in html  # the status
 
