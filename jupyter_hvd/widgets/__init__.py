@@ -29,9 +29,12 @@ def view_for_cell(
     if mode == "off" or getattr(shell, "kernel", None) is None:
         return None  # a terminal IPython: plain text, as the cell runner writes it
     if mode == "widget" or (mode != "text" and front_end_draws_widgets(shell)):
-        from .live_view import LiveView
-
-        return LiveView(ranks, show_ranks, log_lines, plots, batch_size)
+        try:
+            from .live_view import LiveView
+        except ImportError as exc:  # anywidget missing: text output still works
+            print(f"jupyter-hvd: no live view ({exc}); `pip install anywidget` for it.", flush=True)
+        else:
+            return LiveView(ranks, show_ranks, log_lines, plots, batch_size)
     from .text_view import TextView
 
     return TextView(ranks, show_ranks, plots, batch_size)
