@@ -398,3 +398,29 @@ def test_a_cuda_loss_is_read_on_the_publishing_thread(monkeypatch: pytest.Monkey
     assert engine_report._pending[-1]["m"]["loss"].is_cuda  # not synchronised in the training step
     engine_report.flush()
     assert published[-1][-1]["m"] == {"loss": 0.25}
+
+
+def test_the_view_follows_the_front_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_hvd.widgets import LIVE_VIEW_ENV, front_end_draws_widgets, view_for_cell
+    from jupyter_hvd.widgets.text_view import TextView
+
+    class Kernel_:
+        def __init__(self, metadata: dict[str, Any]) -> None:
+            self.parent = {"metadata": metadata}
+
+        def get_parent(self) -> dict[str, Any]:
+            return self.parent
+
+    class Shell:
+        def __init__(self, metadata: dict[str, Any] | None) -> None:
+            if metadata is not None:
+                self.kernel = Kernel_(metadata)
+
+    monkeypatch.delenv(LIVE_VIEW_ENV, raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.delenv("VSCODE_PID", raising=False)
+    assert view_for_cell(Shell(None), 2, [0], 10, ["loss"], None) is None  # a terminal: plain text
+    assert isinstance(view_for_cell(Shell({}), 2, [0], 10, ["loss"], None), TextView)  # nbclient
+    assert front_end_draws_widgets(Shell({"cellId": "c1"}))  # JupyterLab, Notebook 7, VS Code
+    monkeypatch.setenv(LIVE_VIEW_ENV, "off")
+    assert view_for_cell(Shell({"cellId": "c1"}), 2, [0], 10, ["loss"], None) is None
