@@ -49,26 +49,29 @@ export function rankFigures(r: IRank): string {
   return parts.join(' · ');
 }
 
-/** Three rows per rank, to fit a narrow sidebar: who and where; its figures; its last output line. */
+/** Up to three rows per rank, to fit a narrow sidebar: who and where; its figures; its last output line. */
 function rankRows(r: IRank): HTMLTableRowElement[] {
   const row = el('tr', 'jp-HvdRank');
   row.dataset.rank = String(r.rank);
   row.dataset.state = r.state;
+  row.dataset.pid = String(r.pid);
   const stateCell = el('td', '');
   stateCell.appendChild(badge(r.state));
-  row.append(el('td', '', String(r.rank)), stateCell, el('td', '', `${r.host}:${r.pid}`), el('td', '', r.device));
+  const where = el('td', 'jp-HvdRank-where', `${r.host}:${r.pid} · ${r.device}`);
+  where.title = `host ${r.host}, pid ${r.pid}, device ${r.device}`;
+  row.append(el('td', '', String(r.rank)), stateCell, where);
   const rows = [row];
   const figures = el('tr', 'jp-HvdRank-figuresRow');
   figures.appendChild(el('td', '', ''));
   const text = el('td', 'jp-HvdRank-figures', rankFigures(r));
-  text.colSpan = 3;
+  text.colSpan = 2;
   figures.appendChild(text);
   rows.push(figures);
   if (r.last_line) {
     const lineRow = el('tr', 'jp-HvdRank-lastLine');
     lineRow.appendChild(el('td', '', ''));
     const line = el('td', 'jp-HvdRank-line', r.last_line);
-    line.colSpan = 3;
+    line.colSpan = 2;
     line.title = r.last_line;
     lineRow.appendChild(line);
     rows.push(lineRow);
@@ -113,7 +116,7 @@ export function renderPool(p: IPool): HTMLElement {
   box.appendChild(actions);
   const table = el('table', 'jp-HvdRanks');
   const head = el('tr', '');
-  for (const h of ['rank', 'state', 'host:pid', 'device']) {
+  for (const h of ['rank', 'state', 'host:pid · device']) {
     head.appendChild(el('th', '', h));
   }
   const thead = el('thead', '');

@@ -33,7 +33,8 @@ describe('sidebar rendering', () => {
     expect(box.querySelector('.jp-HvdPool-cell')!.textContent).toContain('for epoch in range(100):');
     const rows = Array.from(box.querySelectorAll('tr.jp-HvdRank')) as HTMLElement[];
     expect(rows.map(r => r.dataset.state)).toEqual(['busy', 'stalled']);
-    expect(Array.from(rows[0].children).map(c => c.textContent)).toEqual(['0', 'busy', 'node1:4242', 'cpu']);
+    expect(rows.map(r => r.dataset.pid)).toEqual(['4242', '4243']);
+    expect(Array.from(rows[0].children).map(c => c.textContent)).toEqual(['0', 'busy', 'node1:4242 · cpu']);
     expect(texts(box, '.jp-HvdRank-figures')).toEqual([
       'CPU 98% 900 MB · step 1200 · loss 0.1235 · beat 0 s',
       'CPU 1% 880 MB · beat 0 s'

@@ -67,7 +67,7 @@ try {
   timings.sidebar_two_ranks_after_ready_s = (Date.now() - started) / 1000 - timings.pool_ready_s;
   const poolBox = sidebar.locator('.jp-HvdPool').first();
   await poolBox.locator('.jp-HvdPool-notebook', { hasText: NOTEBOOK.split('/').pop() }).waitFor({ timeout: 5000 });
-  const rankPids = await ranks.evaluateAll(rows => rows.map(r => Number(r.children[2].textContent.split(':').pop())));
+  const rankPids = await ranks.evaluateAll(rows => rows.map(r => Number(r.dataset.pid)));
   await shot('1-pool-idle');
 
   // A long cell: both ranks busy, the running cell's first line shown.
@@ -131,7 +131,7 @@ try {
   await page.waitForFunction(
     old => {
       const rows = Array.from(document.querySelectorAll('#jupyter-hvd-sidebar tr.jp-HvdRank'));
-      const pids = rows.map(r => Number(r.children[2].textContent.split(':').pop()));
+      const pids = rows.map(r => Number(r.dataset.pid));
       return (
         rows.length === 2 &&
         pids.every(p => !old.includes(p)) &&
@@ -142,7 +142,7 @@ try {
     { timeout: 120000 }
   );
   timings.restart_s = (Date.now() - restartAt) / 1000;
-  const newPids = await ranks.evaluateAll(rows => rows.map(r => Number(r.children[2].textContent.split(':').pop())));
+  const newPids = await ranks.evaluateAll(rows => rows.map(r => Number(r.dataset.pid)));
   rankPids.push(...newPids);
   await shot('4-restarted');
 
