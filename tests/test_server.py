@@ -230,3 +230,53 @@ async def test_browser_session_needs_the_xsrf_token(jp_fetch, jp_serverapp, jp_h
     )
     assert accepted.code == 202
     assert state.take_action("hvd-6-6") == "interrupt"
+
+
+async def test_pool_of_a_killed_kernel_is_stale_then_cleaned_up(jp_fetch, state_dir, registry):
+    """A real kernel with a real 2-rank pool dies with its reaper (kill -9 both): the sidebar shows the pool as
+    stale with dead ranks, and the server's clean-up leaves no controller, mpiexec or engine behind."""
+    from conftest import Kernel, wait_until_gone
+
+    kernel = Kernel()
+    try:
+        started = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2", timeout=240)
+        assert started.status == "ok", started.error_text + started.stderr
+        body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
+        assert [p["state"] for p in body["pools"]] == ["idle"]
+        assert len(body["pools"][0]["ranks"]) == 2
+        kpid = kernel.pid
+        procs = psutil.Process(kpid).children(recursive=True)
+        reapers = [p for p in procs if "jupyter_hvd.kernel.reaper" in " ".join(p.cmdline())]
+        assert reapers, "the pool should have a reaper"
+        for p in reapers:  # the reaper first, or it would clean up by itself
+            p.kill()
+        psutil.wait_procs(reapers, timeout=10)  # a killed reaper stays a zombie of the dead kernel: that is gone enough
+        psutil.Process(kpid).kill()
+        kernel.km.provisioner.process.wait(timeout=10)  # reaped here: the kernel is this test's child
+        body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
+        pool = body["pools"][0]
+        assert pool["state"] == "stale" and [r["state"] for r in pool["ranks"]] == ["dead", "dead"]
+        assert wait_until_gone(f"hvd-{kpid}-", timeout=0.5), "the engines outlive their kernel until cleaned up"
+        registry.stale_grace_s = 0
+        body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
+        assert body["pools"] == []
+        assert wait_until_gone(f"hvd-{kpid}-") == []
+    finally:
+        kernel.kc.stop_channels()
+        try:
+            kernel.km.shutdown_kernel(now=True)
+        except Exception:
+            pass
+        kill_leftovers(state_dir)
+
+
+def kill_leftovers(state_dir: Path) -> None:
+    """Kill whatever a failed test left of the pools it started (found by their state directory)."""
+    leftovers = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("JUPYTER_HVD_STATE_DIR") == str(state_dir) and p.pid != os.getpid():
+                leftovers.append(p)
+        except psutil.Error:
+            continue
+    state.kill_processes(leftovers)
