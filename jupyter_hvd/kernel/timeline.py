@@ -113,7 +113,8 @@ def format_summary(summary: TimelineSummary, path: str, size: int, top: int = TO
         lines.append("No collective ran during this cell.")
     else:
         width = max(28, *(len(p.name) + 2 * p.depth for p in summary.phases.values()))
-        lines += ["", f"{'phase':<{width}}  {'total ms':>10}  {'count':>7}"]
+        # Fused tensors are reduced together, so per-tensor times overlap and their sum can exceed the span.
+        lines += ["", f"{'phase (summed over tensors)':<{width}}  {'total ms':>10}  {'count':>7}"]
         tops = sorted((p for p in summary.phases.values() if p.depth == 0), key=lambda p: -p.total_us)
         for phase in tops:
             lines.append(f"{phase.name:<{width}}  {phase.total_us / 1e3:>10.1f}  {phase.count:>7}")
