@@ -99,6 +99,9 @@ fi
 # unit tests and browser tests need the labextension's dev dependencies (vitest, playwright-core).
 "$VENV/bin/jupyter" labextension develop --overwrite . >/dev/null 2>&1 || log "could not link the sidebar's labextension"
 if [ "$WITH_TEST_TOOLS" = 1 ] && command -v npm >/dev/null; then
-  log "installing the sidebar's test tools (npm install in labextension/)"
-  (cd labextension && npm install --no-audit --no-fund >/dev/null 2>&1) || log "npm install failed: the sidebar's front-end tests will be skipped"
+  # JS unit tests (vitest) and the browser tests' driver (playwright-core) of the sidebar and the live view.
+  for dir in labextension widgets-js; do
+    log "installing the front-end test tools (npm ci in $dir/)"
+    (cd "$dir" && npm ci --no-audit --no-fund >/dev/null 2>&1) || { echo "npm ci failed in $dir/" >&2; exit 1; }
+  done
 fi

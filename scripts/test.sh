@@ -7,5 +7,8 @@ bash scripts/setup.sh --with-test-tools
 export PATH="$PWD/.venv/bin:$PATH"
 echo "[test] ruff"
 ruff check . && ruff format --check . >/dev/null
+echo "[test] vitest: sidebar and live view"
+(cd labextension && npx vitest run --reporter=dot)
+(cd widgets-js && npx vitest run --reporter=dot)
 echo "[test] pytest"
 exec python -m pytest "$@"

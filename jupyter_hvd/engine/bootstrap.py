@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from typing import Any
 
 
@@ -43,6 +44,11 @@ def start(env: dict[str, str], device: str) -> dict[str, Any]:
         dev = torch.device("cpu")
         dev_name = f"cpu ({threads} thread{'s' if threads > 1 else ''})"
         tensor_ops = "Gloo" if os.environ.get("HOROVOD_CPU_OPERATIONS", "").lower() == "gloo" else "MPI"
+
+    # ipykernel sends engine output every 0.2 s; a live log wants it sooner (the engine caps a flood anyway).
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "flush_interval"):
+            stream.flush_interval = 0.05
 
     from IPython import get_ipython
 
