@@ -24,6 +24,8 @@ import psutil
 import pytest
 from conftest import wait_until_gone
 
+from jupyter_hvd import state
+
 ROOT = Path(__file__).resolve().parents[1]
 LABEXT = ROOT / "labextension"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -99,6 +101,15 @@ def lab(tmp_path: Path) -> Iterator[dict[str, object]]:
             server.kill()
             server.wait()
         log.close()
+        # Whatever a failed run left behind (found by this test's state directory) is killed too.
+        leftovers = []
+        for p in psutil.process_iter():
+            try:
+                if p.environ().get("JUPYTER_HVD_STATE_DIR") == env["JUPYTER_HVD_STATE_DIR"]:
+                    leftovers.append(p)
+            except psutil.Error:
+                continue
+        state.kill_processes(leftovers)
 
 
 def kernel_pids(server: subprocess.Popen[bytes]) -> list[int]:

@@ -174,8 +174,29 @@ try {
   timings.pool_gone_after_stop_s = (Date.now() - stopAt) / 1000;
   await shot('6-stopped');
 
+  // About one request a second while visible; none while the panel is collapsed.
+  let requests = 0;
+  page.on('request', r => {
+    if (r.url().includes('/jupyter-hvd/pools')) {
+      requests++;
+    }
+  });
+  await page.waitForTimeout(3000);
+  timings.requests_in_3s_visible = requests;
+  await page.locator('.jp-SideBar [data-id="jupyter-hvd-sidebar"]').click();
+  await sidebar.waitFor({ state: 'hidden', timeout: 5000 });
+  requests = 0;
+  await page.waitForTimeout(3000);
+  timings.requests_in_3s_hidden = requests;
+  await page.locator('.jp-SideBar [data-id="jupyter-hvd-sidebar"]').click();
+  await sidebar.waitFor({ state: 'visible', timeout: 5000 });
+  if (timings.requests_in_3s_visible < 2 || timings.requests_in_3s_hidden !== 0) {
+    throw new Error(`polling: ${timings.requests_in_3s_visible} requests visible, ${timings.requests_in_3s_hidden} hidden`);
+  }
+
   // The panel is part of the layout: after a reload it is open again, without a click.
-  await page.reload();
+  await page.waitForTimeout(1500); // the layout is saved shortly after a change
+  await page.goto(`${LAB_URL}lab/tree/${NOTEBOOK}?token=${TOKEN}`); // no ?reset this time
   await sidebar.locator('text=No jupyter-hvd pool is running').waitFor({ timeout: 60000 });
   timings.total_s = since();
   console.log(JSON.stringify({ ok: true, timings, rankPids }));
