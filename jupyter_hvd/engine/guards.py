@@ -43,6 +43,16 @@ def _plain_class(optimizer: Any) -> type:
     return type(optimizer)
 
 
+class _NeverDue(dict):
+    """An `_allreduce_delay` table whose count never reaches zero: a hook left behind never starts an allreduce."""
+
+    def __getitem__(self, key: Any) -> int:
+        return 1 << 62
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
 def retire(optimizer: Any) -> int:
     """Remove the gradient hooks `optimizer` registered, so it no longer allreduces; return how many were removed.
 
@@ -51,9 +61,12 @@ def retire(optimizer: Any) -> int:
     """
     removed = 0
     for acc in getattr(optimizer, "_grad_accs", []):
-        probe = acc.register_hook(lambda *_: None)
-        hooks = probe.hooks_dict_ref()
-        probe.remove()
+        try:
+            probe = acc.register_hook(lambda *_: None)
+            hooks = probe.hooks_dict_ref()
+            probe.remove()
+        except (AttributeError, RuntimeError, TypeError):  # another torch: the hook stays, but can no longer fire
+            continue
         if hooks is None:
             continue
         for key, fn in list(hooks.items()):
@@ -61,6 +74,7 @@ def retire(optimizer: Any) -> int:
                 del hooks[key]
                 removed += 1
     optimizer._grad_accs = []
+    optimizer._allreduce_delay = _NeverDue()
     optimizer._requires_update = set()
     optimizer._handles.clear()
     _live.discard(optimizer)
