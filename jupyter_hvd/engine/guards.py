@@ -23,7 +23,7 @@ RERUN_ADVICE = (
 
 
 def _say(text: str) -> None:
-    """Print a note once per pool (rank 0 only), under the cell that caused it."""
+    """Print a note under the cell that caused it, from rank 0 only (every rank runs the same line)."""
     import horovod.torch as hvd
 
     if hvd.rank() == 0:
