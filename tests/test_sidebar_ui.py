@@ -125,6 +125,7 @@ def test_sidebar_shows_busy_ranks_interrupts_and_stops(lab: dict[str, object]) -
         "ARTIFACTS": str(ARTIFACTS),
         "CHROMIUM": CHROMIUM,
     }
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)  # only this run's screenshots
     out = subprocess.run(
         ["node", str(LABEXT / "ui-tests" / "sidebar.e2e.mjs")],
         cwd=LABEXT,
