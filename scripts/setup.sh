@@ -101,7 +101,7 @@ fi
 if [ "$WITH_TEST_TOOLS" = 1 ] && command -v npm >/dev/null; then
   # JS unit tests (vitest) and the browser tests' driver (playwright-core) of the sidebar and the live view.
   for dir in labextension widgets-js; do
-    log "installing the front-end test tools (npm ci in $dir/)"
-    (cd "$dir" && npm ci --no-audit --no-fund >/dev/null 2>&1) || { echo "npm ci failed in $dir/" >&2; exit 1; }
+    log "installing the front-end test tools (npm install in $dir/)"
+    (cd "$dir" && npm install --no-audit --no-fund >/dev/null 2>&1) || { echo "npm install failed in $dir/" >&2; exit 1; }
   done
 fi

@@ -162,7 +162,9 @@ def leave_collectives() -> dict[str, Any]:
 
     Horovod names unnamed ops by a per-process handle counter ("allreduce.noname.<n>"); ranks that ran
     different numbers of ops before the failure would never agree on a name again, so every rank resets
-    the counter once all have joined (nothing is in flight then).
+    the counter once all have joined. An op still in flight then (e.g. a gradient allreduce of a backward()
+    without step()) would clash with the next cell's op of the same name: `in_flight` tells the kernel,
+    which restarts the pool instead.
     """
     import horovod.torch as hvd
     from horovod.torch import mpi_ops
@@ -170,8 +172,28 @@ def leave_collectives() -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         last = hvd.join()
+        in_flight = sum(1 for handle in list(mpi_ops._handle_map) if not hvd.poll(handle))
         mpi_ops.mpi_lib.horovod_torch_reset()
         mpi_ops._handle_map.clear()
+        if not in_flight:
+            _forget_pending_gradients()
     except BaseException as exc:
         return {"ok": False, "error": describe_exception(exc), "seconds": time.perf_counter() - t0}
-    return {"ok": True, "last_joined": int(last), "seconds": time.perf_counter() - t0}
+    return {"ok": True, "last_joined": int(last), "in_flight": in_flight, "seconds": time.perf_counter() - t0}
+
+
+def _forget_pending_gradients() -> None:
+    """Reset DistributedOptimizers left between backward() and step() by the failed cell.
+
+    Their gradient allreduces were completed by the join (without the failed ranks): their handles are
+    stale, and the next backward() would otherwise meet "gradients computed more than backward_passes_per_step".
+    """
+    from IPython import get_ipython
+
+    for obj in list(get_ipython().user_ns.values()):
+        handles = getattr(obj, "_handles", None)
+        if isinstance(handles, dict) and handles and hasattr(obj, "set_backward_passes_per_step"):
+            handles.clear()
+            obj._synchronized = False
+            obj._should_synchronize = True
+            obj.set_backward_passes_per_step(obj.backward_passes_per_step)

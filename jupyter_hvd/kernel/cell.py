@@ -108,6 +108,7 @@ class CellRun:
         self.reason: str | None = None  # error | interrupt
         self.hard_deadline: float | None = None
         self.last_lines: dict[int, str] = {}
+        self.unclean_join: str | None = None  # set when a rank's join left Horovod unfit for the next cell
         self.lost: str | None = None  # what happened to the pool, when it had to be restarted or was stopped
 
     # ---- dispatch ------------------------------------------------------------------------------------------
@@ -237,6 +238,19 @@ class CellRun:
             self._finished(run)
         elif kind == "joined" and run is not None:
             run.joined = True
+            try:
+                result = run.join.get(timeout=0)
+            except Exception as exc:
+                self._check_liveness()
+                raise _PoolLost(f"rank {rank} could not leave Horovod's collectives ({exc})") from None
+            if not result.get("ok") or result.get("in_flight"):
+                self.unclean_join = (
+                    f"rank {rank} still had {result.get('in_flight', '?')} Horovod operations in flight after "
+                    "the failure (e.g. gradients of a backward() without step()), which would clash with the "
+                    "next cell"
+                    if result.get("ok")
+                    else f"rank {rank} could not leave Horovod's collectives ({result['error']['ename']})"
+                )
 
     def _note_last_line(self, rank: int, text: str) -> None:
         lines = [ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
@@ -350,7 +364,10 @@ class CellRun:
         if any(r.state == "running" for r in runs):
             return False
         if self.reason is not None:
-            return all(r.joined for r in runs)
+            done = all(r.joined for r in runs)
+            if done and self.unclean_join:
+                raise _PoolLost(self.unclean_join)
+            return done
         # Success: wait briefly for the shown ranks' last output, which trails the reply.
         shown = [self.runs[r] for r in self.options.show_ranks if r in self.runs]
         if all(r.idle for r in shown):
