@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --with-test-tools
 export PATH="$PWD/.venv/bin:$PATH"
 echo "[test] ruff"
-ruff check . && ruff format --check . >/dev/null
+ruff check .
+ruff format --check .
 echo "[test] vitest: sidebar and live view"
 (cd labextension && npx vitest run --reporter=dot)
 (cd widgets-js && npx vitest run --reporter=dot)

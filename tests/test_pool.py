@@ -229,7 +229,8 @@ def test_failure_between_backward_and_step_leaves_a_usable_optimizer(ip, pool):
         "hvd",
         "",
         "m = torch.nn.Linear(16, 4)\n"
-        "opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters())",
+        "opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),\n"
+        "                               named_parameters=m.named_parameters())",
     )
     for _ in range(2):
         with pytest.raises(CellFailed, match="rank 1: ValueError: after backward"):

@@ -421,8 +421,7 @@ class CellRun:
             parts.append(
                 f"{format_ranks(stopped)} {'was' if len(stopped) == 1 else 'were'} still running after the "
                 "error (most likely waiting for the failed ranks in a collective) and "
-                f"{'was' if len(stopped) == 1 else 'were'} stopped"
-                + self._stopped_where(stopped)
+                f"{'was' if len(stopped) == 1 else 'were'} stopped" + self._stopped_where(stopped)
             )
         finished_late = sorted(r.rank for r in self.runs.values() if r.state == "ok" and r.ended_after_failure)
         if finished_late and errors:
