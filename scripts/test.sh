@@ -8,8 +8,5 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "[test] ruff"
 ruff check .
 ruff format --check .
-echo "[test] vitest: sidebar and live view"
-(cd labextension && npx vitest run --reporter=dot)
-(cd widgets-js && npx vitest run --reporter=dot)
 echo "[test] pytest"
 exec python -m pytest "$@"
