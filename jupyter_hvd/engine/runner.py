@@ -172,7 +172,7 @@ def leave_collectives() -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         last = hvd.join()
-        in_flight = sum(1 for handle in list(mpi_ops._handle_map) if not hvd.poll(handle))
+        in_flight = sum(1 for handle in list(mpi_ops._handle_map) if not _done(hvd, handle))
         mpi_ops.mpi_lib.horovod_torch_reset()
         mpi_ops._handle_map.clear()
         if not in_flight:
@@ -180,6 +180,15 @@ def leave_collectives() -> dict[str, Any]:
     except BaseException as exc:
         return {"ok": False, "error": describe_exception(exc), "seconds": time.perf_counter() - t0}
     return {"ok": True, "last_joined": int(last), "in_flight": in_flight, "seconds": time.perf_counter() - t0}
+
+
+def _done(hvd: Any, handle: int) -> bool:
+    """Whether a Horovod op has completed; a handle already cleared in C++ (an interrupted synchronize() that
+    never popped it from the Python map) counts as done."""
+    try:
+        return bool(hvd.poll(handle))
+    except ValueError:
+        return True
 
 
 def _forget_pending_gradients() -> None:
