@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import queue
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -108,6 +109,8 @@ class CellRun:
         self.reason: str | None = None  # error | interrupt
         self.hard_deadline: float | None = None
         self.last_lines: dict[int, str] = {}
+        self._stderr_tail = ""  # recent stderr of the shown ranks, where Horovod's stall report lands
+        self._output_deadline: float | None = None  # how long a finished cell waits for its trailing output
         self.unclean_join: str | None = None  # set when a rank's join left Horovod unfit for the next cell
         self.lost: str | None = None  # what happened to the pool, when it had to be restarted or was stopped
 
@@ -166,6 +169,10 @@ class CellRun:
                 if self.options.live is not None:
                     self.options.live.close(self.reason is None and self.lost is None)
                 self.pool.cells_run += 1
+                for stats in self.pool.rank_stats.values():  # a stall ends with its cell
+                    if stats.get("state") == "stalled":
+                        del stats["state"]
+                    stats.pop("stalled_on", None)
                 if self.pool.client is not None and self.pool.ranks:
                     self.pool.update_rank_stats({r: {"last_line": ln} for r, ln in self.last_lines.items()})
                     self.pool.set_state("idle")
@@ -222,6 +229,11 @@ class CellRun:
         run = self.runs.get(rank)
         if kind == "stream":
             self._note_last_line(rank, ev[3])
+            if ev[2] == "stderr":
+                # The stall report may arrive split over several chunks: look at the recent stderr as a whole.
+                self._stderr_tail = (self._stderr_tail + ev[3])[-8000:]
+                if "Missing ranks:" in self._stderr_tail:
+                    self._note_stall(self._stderr_tail)
             if self.options.live is not None:
                 self.options.live.output(rank, ev[2], ev[3])
             else:
@@ -264,6 +276,18 @@ class CellRun:
             if "loss" in parsed.values:
                 stats["loss"] = parsed.values["loss"]
             self.pool.update_rank_stats({rank: stats}, publish=False)
+
+    def _note_stall(self, text: str) -> None:
+        """Horovod's stall inspector (rank 0's stderr, while rank 0's cell runs) lists per rank the tensors it
+        has not submitted; every running rank that submitted one of those waits for it: it is stalled, on that."""
+        report = text.rsplit("Missing ranks:", 1)[1]
+        missing = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\s*(\d+): \[([^\]]*)\]", report, re.M)}
+        stalled = {}
+        for rank, run in self.runs.items():
+            waits_on = sorted({t.strip() for q, names in missing.items() if q != rank for t in names.split(",")})
+            if run.state == "running" and waits_on:
+                stalled[rank] = {"state": "stalled", "stalled_on": ", ".join(t for t in waits_on if t)[:200]}
+        self.pool.update_rank_stats(stalled)
 
     def _note_progress(self, rank: int, records: Any) -> None:
         """The latest step and loss of `report()` records, for the sidebar."""
@@ -372,7 +396,7 @@ class CellRun:
         shown = [self.runs[r] for r in self.options.show_ranks if r in self.runs]
         if all(r.idle for r in shown):
             return True
-        if not hasattr(self, "_output_deadline"):
+        if self._output_deadline is None:
             self._output_deadline = time.monotonic() + 2.0
         return time.monotonic() > self._output_deadline
 
