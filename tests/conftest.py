@@ -75,7 +75,7 @@ def pool(ip: Any) -> Iterator[Any]:
     from jupyter_hvd.kernel import pool as pools
 
     # Tuning flags and --env are part of the fixture so every module checks they reach the engines.
-    ip.run_line_magic("hvd_start", "-np 2 --env JUPYTER_HVD_TEST=yes --cycle-time 2.5 --fusion-mb 8")
+    ip.run_line_magic("hvd_start", "-np 2 --env JUPYTER_HVD_TEST=yes --cycle-time 2.5 --fusion-mb 8 --timeline")
     p = pools.current()
     try:
         yield p

@@ -52,6 +52,7 @@ class PoolOptions:
     oversubscribe: bool = False
     cpu: bool = False
     fail_timeout: float = 10.0
+    timeline: bool = False
     stall_check_s: int = 10
     hosts: str = ""  # -H server1:4,server2:4
     hostfile: str = ""  # --hostfile FILE (Open MPI syntax)
@@ -94,9 +95,11 @@ class PoolOptions:
         env = {
             # Horovod's stall inspector names the tensors a rank waits on; we read its report on failures.
             "HOROVOD_STALL_CHECK_TIME_SECONDS": str(self.stall_check_s),
-            # Lets `%%hvd --timeline` call hvd.start_timeline() later; nothing is recorded until then.
-            "HOROVOD_TIMELINE": "DYNAMIC",
         }
+        if self.timeline:
+            # Lets `%%hvd --timeline` call hvd.start_timeline() later. Off by default: merely enabled, it cost
+            # about 27% of training throughput here (bench/throughput.py, 2 CPU ranks).
+            env["HOROVOD_TIMELINE"] = "DYNAMIC"
         if self.cycle_time_ms is not None:
             env["HOROVOD_CYCLE_TIME"] = f"{self.cycle_time_ms:g}"
         if self.fusion_mb is not None:

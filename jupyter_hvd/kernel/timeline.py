@@ -162,8 +162,8 @@ def _start(pool: Pool, path: str) -> None:
         ename, evalue = exc.elist[0][0], exc.elist[0][1]
         if "HOROVOD_TIMELINE" in str(evalue):
             raise UsageError(
-                "Horovod's timeline is off in this pool: it was started with HOROVOD_TIMELINE set to something "
-                "other than DYNAMIC. Start the pool again without that --env: %hvd_stop, then %hvd_start -np N."
+                "Horovod's timeline is off in this pool (it slows training, so pools start without it). "
+                "Start the pool with it: %hvd_stop, then %hvd_start -np N --timeline."
             ) from None
         raise UsageError(f"Could not start Horovod's timeline on the ranks: {ename}: {evalue}") from None
 
