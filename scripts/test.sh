@@ -8,5 +8,9 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "[test] ruff"
 ruff check .
 ruff format --check .
-echo "[test] pytest"
-exec python -m pytest "$@"
+echo "[test] pytest: the two-host test, in a process of its own"
+# It passed alone in 6 of 6 runs, and with any subset of the suite we tried, but failed in 2 of 2 full-suite
+# runs in one process (hostB's pulled cable went unnoticed); until that interaction is found, it runs alone.
+python -m pytest tests/test_multihost.py "$@" || [ $? -eq 5 ]  # 5: "$@" selected none of it
+echo "[test] pytest: everything else"
+exec python -m pytest --ignore=tests/test_multihost.py "$@"

@@ -9,22 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import nbformat
 import psutil
 import pytest
 from conftest import wait_until_gone
-
-from jupyter_hvd import state
+from lab import jupyterlab
 
 ROOT = Path(__file__).resolve().parents[1]
 LABEXT = ROOT / "labextension"
@@ -51,65 +44,11 @@ for i in range(600):
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[dict[str, object]]:
-    """JupyterLab on a free port with a private state dir and settings, serving a notebook for the test."""
-    root = tmp_path / "root"
-    root.mkdir()
-    nb = nbformat.v4.new_notebook()
-    start = nbformat.v4.new_code_cell("%load_ext jupyter_hvd\n%hvd_start -np 2")
-    nb.cells = [start, nbformat.v4.new_code_cell(LONG_CELL)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, root / "sidebar_demo.ipynb")
-    token, port = secrets.token_hex(16), free_port()
-    env = {
-        **os.environ,
-        "JUPYTER_HVD_STATE_DIR": str(tmp_path / "hvd-state"),
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-    }
-    cmd = [
-        sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
-        f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}",
-        f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
-        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
-    ]  # fmt: skip
-    log = open(tmp_path / "lab.log", "wb")
-    server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("JupyterLab did not start: " + (tmp_path / "lab.log").read_text()) from None
-                time.sleep(0.5)
-        yield {"url": url, "token": token, "server": server, "log": tmp_path / "lab.log"}
-    finally:
-        server.terminate()  # kernels are shut down with the server; their pools stop with them
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
-        # Whatever a failed run left behind (found by this test's state directory) is killed too.
-        leftovers = []
-        for p in psutil.process_iter():
-            try:
-                if p.environ().get("JUPYTER_HVD_STATE_DIR") == env["JUPYTER_HVD_STATE_DIR"]:
-                    leftovers.append(p)
-            except psutil.Error:
-                continue
-        state.kill_processes(leftovers)
+    """JupyterLab serving the demo notebook (see tests/lab.py)."""
+    with jupyterlab(tmp_path, "sidebar_demo.ipynb", ["%load_ext jupyter_hvd\n%hvd_start -np 2", LONG_CELL]) as info:
+        yield info
 
 
 def kernel_pids(server: subprocess.Popen[bytes]) -> list[int]:

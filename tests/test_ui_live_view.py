@@ -9,20 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import nbformat
-import psutil
 import pytest
-from conftest import wait_until_gone
+from lab import jupyterlab
 
 ROOT = Path(__file__).resolve().parents[1]
 JS = ROOT / "widgets-js"
@@ -50,63 +43,13 @@ print("done")
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[dict[str, object]]:
-    """JupyterLab on a free port with a token, private state and settings, serving the demo notebook."""
-    root = tmp_path / "root"
-    root.mkdir()
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_code_cell("%load_ext jupyter_hvd\n%hvd_start -np 2"),
-        nbformat.v4.new_code_cell(TRAIN),
-        nbformat.v4.new_code_cell("%hvd_stop"),
-    ]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, root / "live_view_demo.ipynb")
-    token, port = secrets.token_hex(16), free_port()
-    env = {
-        **os.environ,
-        "JUPYTER_HVD_STATE_DIR": str(tmp_path / "hvd-state"),
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-    }
-    env.pop("JUPYTER_HVD_LIVE_VIEW", None)  # the front end decides: JupyterLab sends cell ids
-    cmd = [
-        sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
-        f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}",
-        f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
-        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
-    ]  # fmt: skip
-    log = open(tmp_path / "lab.log", "wb")
-    server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("JupyterLab did not start: " + (tmp_path / "lab.log").read_text()) from None
-                time.sleep(0.5)
-        yield {"url": url, "token": token, "server": server, "log": tmp_path / "lab.log"}
-    finally:
-        kernels = [p.pid for p in psutil.Process(server.pid).children(recursive=True) if "ipykernel" in p.name()]
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
-        for kpid in kernels:
-            assert wait_until_gone(f"hvd-{kpid}-") == []
+    """JupyterLab serving the demo notebook (see tests/lab.py)."""
+    with jupyterlab(
+        tmp_path, "live_view_demo.ipynb", ["%load_ext jupyter_hvd\n%hvd_start -np 2", TRAIN, "%hvd_stop"]
+    ) as info:
+        yield info
 
 
 def test_live_view_in_jupyterlab(lab: dict[str, object]) -> None:

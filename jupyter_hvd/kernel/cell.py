@@ -109,6 +109,7 @@ class CellRun:
         self.reason: str | None = None  # error | interrupt
         self.hard_deadline: float | None = None
         self.last_lines: dict[int, str] = {}
+        self._next_liveness_check = time.monotonic() + TICK_S
         self._stderr_tail = ""  # recent stderr of the shown ranks, where Horovod's stall report lands
         self._output_deadline: float | None = None  # how long a finished cell waits for its trailing output
         self.unclean_join: str | None = None  # set when a rank's join left Horovod unfit for the next cell
@@ -220,7 +221,9 @@ class CellRun:
                 ev = self.events.get_nowait()
             except queue.Empty:
                 ev = None
-        self._check_liveness()
+        if time.monotonic() >= self._next_liveness_check:  # psutil per rank: not on every event
+            self._next_liveness_check = time.monotonic() + TICK_S
+            self._check_liveness()
         if self.reason is not None:
             self._advance_wind_down()
 

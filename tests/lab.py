@@ -1,0 +1,89 @@
+"""A real JupyterLab for the browser tests: free port, token, private state and settings, a notebook to open."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import nbformat
+import psutil
+
+from jupyter_hvd import state
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def jupyterlab(tmp_path: Path, notebook: str, cells: list[str], env: dict[str, str] | None = None) -> Iterator[dict]:
+    """Serve `notebook` (made of `cells`) from a fresh JupyterLab; stop it and check nothing of it is left.
+
+    Yields url, token, server (the Popen), log (path). On exit every kernel's pool must be gone: processes that
+    carry this run's pool state directory are killed (so nothing leaks) and then reported as a failure.
+    """
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, root / notebook)
+    token, port = secrets.token_hex(16), free_port()
+    state_dir = str(tmp_path / "hvd-state")
+    full_env = {**os.environ, "JUPYTER_HVD_STATE_DIR": state_dir, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    full_env.pop("JUPYTER_HVD_LIVE_VIEW", None)  # the front end decides: JupyterLab sends cell ids
+    full_env.update(env or {})
+    cmd = [
+        sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
+        f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}",
+        f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
+        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
+    ]  # fmt: skip
+    log_path = tmp_path / "lab.log"
+    log = open(log_path, "wb")
+    server = subprocess.Popen(cmd, env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    url = f"http://127.0.0.1:{port}/"
+    leftovers: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("JupyterLab did not start: " + log_path.read_text()) from None
+                time.sleep(0.5)
+        yield {"url": url, "token": token, "server": server, "log": log_path}
+    finally:
+        server.terminate()  # kernels are shut down with the server; their pools stop with them
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+        deadline = time.monotonic() + 15
+        while True:
+            leftovers = []
+            for p in psutil.process_iter():
+                try:
+                    if p.environ().get("JUPYTER_HVD_STATE_DIR") == state_dir and p.status() != psutil.STATUS_ZOMBIE:
+                        leftovers.append(p)
+                except psutil.Error:
+                    continue
+            if not leftovers or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        state.kill_processes(leftovers)
+    assert not leftovers, f"processes left after JupyterLab stopped: {[p.pid for p in leftovers]}"
