@@ -10,6 +10,6 @@ ruff check .
 ruff format --check .
 echo "[test] pytest"
 # tests/test_multihost.py (two hosts in network namespaces) is left out: it passes when run by hand on a used
-# machine, but failed in 3 of 3 first runs in a fresh clone (a Ctrl-C or a pulled cable went unnoticed while
+# machine, but failed in 3 of 3 first runs in a fresh clone (its Ctrl-C step: the interrupt went unnoticed while
 # the ranks kept stepping). Run it with: .venv/bin/python -m pytest tests/test_multihost.py
 exec python -m pytest --ignore=tests/test_multihost.py "$@"
