@@ -7,6 +7,7 @@ loaded, or wait for the thread's import to finish: an import failure is still re
 
 from __future__ import annotations
 
+import os
 import threading
 
 
@@ -19,6 +20,9 @@ def _preload() -> None:
 
 def main() -> None:
     """Start the preload thread, then run ipyparallel's engine with the given command line."""
+    # ipykernel stops forwarding C-level output (Horovod's stall and error reports on fd 2) when it sees this
+    # variable; engines started from a test session must show what a user's engines show.
+    os.environ.pop("PYTEST_CURRENT_TEST", None)
     threading.Thread(target=_preload, name="jupyter-hvd preload", daemon=True).start()
     from ipyparallel.engine.app import main as engine_main
 
