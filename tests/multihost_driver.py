@@ -8,6 +8,7 @@ where the test must change the network first.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from dataclasses import asdict
@@ -23,6 +24,9 @@ def main() -> None:
     from jupyter_hvd.kernel import pool as pools
 
     start_line = sys.argv[1]
+    # A kernel takes SIGINT as KeyboardInterrupt while a cell runs; this process may have inherited it ignored
+    # (pytest started in the background by a non-interactive shell), so ask for it as a kernel would.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     ip = start_ipython()
     ip.run_line_magic("load_ext", "jupyter_hvd")
 
