@@ -70,12 +70,13 @@ def ip() -> Any:
 
 
 @pytest.fixture(scope="module")
-def pool(ip: Any) -> Iterator[Any]:
+def pool(ip: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """A real 2-rank pool (MPI engines, Horovod initialised), stopped after the module."""
     from jupyter_hvd.kernel import pool as pools
 
-    # Tuning flags and --env are part of the fixture so every module checks they reach the engines.
-    ip.run_line_magic("hvd_start", "-np 2 --env JUPYTER_HVD_TEST=yes --cycle-time 2.5 --fusion-mb 8 --timeline")
+    # A module adds its own %hvd_start flags with POOL_FLAGS (e.g. --timeline).
+    flags = getattr(request.module, "POOL_FLAGS", "")
+    ip.run_line_magic("hvd_start", f"-np 2 --env JUPYTER_HVD_TEST=yes {flags}")
     p = pools.current()
     try:
         yield p

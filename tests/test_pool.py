@@ -203,18 +203,9 @@ def test_help_text(ip):
     assert "--ranks" in HvdMagics.hvd.__doc__
 
 
-def test_env_and_horovod_tuning_reach_the_engines(ip, pool):
-    ip.run_cell_magic(
-        "hvd",
-        "",
-        "import os\nkeys = ('JUPYTER_HVD_TEST', 'HOROVOD_CYCLE_TIME', 'HOROVOD_FUSION_THRESHOLD')\n"
-        "seen = {k: os.environ.get(k) for k in keys}",
-    )
-    assert pull(pool, "seen", 1) == {
-        "JUPYTER_HVD_TEST": "yes",
-        "HOROVOD_CYCLE_TIME": "2.5",
-        "HOROVOD_FUSION_THRESHOLD": str(8 * 1024 * 1024),
-    }
+def test_env_reaches_the_engines(ip, pool):
+    ip.run_cell_magic("hvd", "", "import os\nseen = os.environ.get('JUPYTER_HVD_TEST')")
+    assert pull(pool, "seen", 1) == "yes"
 
 
 def test_cpu_ranks_share_the_cores(ip, pool):
@@ -250,3 +241,42 @@ def test_failure_between_backward_and_step_leaves_a_usable_optimizer(ip, pool):
             "w = hvd.allreduce(m.weight.detach(), op=hvd.Max) - m.weight.detach()",
         )
         assert float(pull(pool, "w", 1).abs().max()) == 0.0  # weights identical on both ranks
+
+
+def test_idle_pool_rests_and_the_next_cell_trains_on(ip, pool, capsys):
+    import time
+
+    import psutil
+
+    ip.run_cell_magic(
+        "hvd",
+        "",
+        "torch.manual_seed(1)\nnet = torch.nn.Linear(8, 2)\n"
+        "sgd = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), "
+        "named_parameters=net.named_parameters())\nhvd.broadcast_parameters(net.state_dict(), root_rank=0)\n"
+        "def train_step():\n    sgd.zero_grad()\n    net(torch.randn(4, 8)).sum().backward()\n    sgd.step()\n"
+        "train_step()",
+    )
+    # Idle for longer than --rest-after (2 s on CPU ranks): Horovod stops on every rank.
+    deadline = time.monotonic() + 10
+    while not pool.resting and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pool.resting
+    procs = [psutil.Process(r.pid) for r in pool.ranks]
+    time.sleep(0.5)  # the rest request reaches the engines
+    for p in procs:
+        p.cpu_percent(None)
+    time.sleep(2)
+    busy = [p.cpu_percent(None) for p in procs]
+    # Awake, an idle rank busy-waits in Horovod's negotiation (one rank at 50-100% here); resting, nothing runs.
+    assert max(busy) < 15, busy
+    ip.run_line_magic("hvd_status", "")
+    assert "Horovod is resting" in capsys.readouterr().out
+    # The next cell wakes Horovod: the model and optimizer of before train on, in step on both ranks.
+    ip.run_cell_magic(
+        "hvd",
+        "",
+        "train_step()\nw = net.weight.detach()\nsame = (hvd.allreduce(w, op=hvd.Max) - w).abs().max().item()",
+    )
+    assert not pool.resting
+    assert pull(pool, "same", 0) == pull(pool, "same", 1) == 0.0

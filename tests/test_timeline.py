@@ -8,6 +8,9 @@ from pathlib import Path
 
 from jupyter_hvd.kernel.timeline import format_summary, load_trace, summarize
 
+# `%%hvd --timeline` needs a pool started with --timeline; this pool also checks Horovod's tuning flags.
+POOL_FLAGS = "--timeline --cycle-time 2.5 --fusion-mb 8"
+
 TRAIN = """
 torch.manual_seed(0)
 model = torch.nn.Sequential()
@@ -97,3 +100,25 @@ def test_summary_of_an_unterminated_trace():
     assert s.phases[(1, "ALLREDUCE", "MPI_ALLREDUCE")].total_us == 190
     text = format_summary(s, "/x/t.json", 2)
     assert "allreduce.fc.weight" in text and "/x/t.json" in text
+
+
+def test_tuning_flags_reach_the_engines_and_keep_horovod_awake(ip, pool, capsys):
+    import time
+
+    ip.run_cell_magic(
+        "hvd",
+        "",
+        "import os\nkeys = ('HOROVOD_CYCLE_TIME', 'HOROVOD_FUSION_THRESHOLD', 'HOROVOD_TIMELINE')\n"
+        "seen = {k: os.environ.get(k) for k in keys}",
+    )
+    seen = pool.client[pool.ranks[1].engine_id].pull("seen", block=True)
+    assert seen == {
+        "HOROVOD_CYCLE_TIME": "2.5",
+        "HOROVOD_FUSION_THRESHOLD": str(8 * 1024 * 1024),
+        "HOROVOD_TIMELINE": "DYNAMIC",
+    }
+    # Horovod 0.28.1 crashes when started again with fixed tuning: this pool never rests, and says why.
+    time.sleep(3.5)
+    assert not pool.resting
+    ip.run_line_magic("hvd_status", "")
+    assert "Horovod stays awake" in capsys.readouterr().out

@@ -16,6 +16,8 @@ import traceback
 from collections import deque
 from typing import Any
 
+from . import idle
+
 TAIL_LINES = 20  # kept per rank for error context and the pool status, even when output is not shown
 
 
@@ -119,6 +121,7 @@ def run_cell(src: str, filename: str, show_output: bool, max_lines: int) -> dict
     t0 = time.perf_counter()
     record: dict[str, Any] = {"rank": rank, "ok": True, "value": None, "error": None}
     try:
+        record["woke"] = idle.wake()  # Horovod rested while the pool was idle: every rank starts it again first
         body, last = _split_last_expression(src, filename)
         exec(body, ns)
         if last is not None:

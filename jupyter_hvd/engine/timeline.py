@@ -17,6 +17,9 @@ def start(path: str, mark_cycles: bool = False) -> None:
     """Begin recording Horovod's timeline into `path` (rank 0 writes it)."""
     import horovod.torch as hvd
 
+    from . import idle
+
+    idle.wake()  # Horovod may rest while the pool is idle
     if hvd.rank() == 0:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     hvd.start_timeline(path, mark_cycles=mark_cycles)

@@ -73,6 +73,15 @@ class HvdMagics(Magics):
         help="after an error on some ranks, how long the others may take to stop before the pool restarts",
     )
     @argument(
+        "--rest-after",
+        type=float,
+        default=None,
+        metavar="S",
+        help="idle seconds after which Horovod's background thread is stopped until the next cell (an idle Horovod "
+        f"keeps a core per rank busy); 0: never. Default: {pools.REST_AFTER_CPU_S:g} on CPU ranks, "
+        f"{pools.REST_AFTER_GPU_S:g} on GPUs",
+    )
+    @argument(
         "--timeline",
         action="store_true",
         help="allow %%%%hvd --timeline (Horovod's dynamic timeline costs about a quarter of CPU training throughput)",
@@ -117,6 +126,7 @@ class HvdMagics(Magics):
             cpu=args.cpu,
             fail_timeout=args.fail_timeout,
             timeline=args.timeline,
+            rest_after_s=args.rest_after,
         )
         try:
             options.validate()
@@ -224,6 +234,13 @@ class HvdMagics(Magics):
                 r.state = "dead"
         up = time.time() - pool.started_at
         print(f"Pool {pool.id}: {pool.options.np} ranks, up {up:.0f} s, {pool.cells_run} cells run")
+        if pool.resting:
+            print("Horovod is resting while the pool is idle (no busy-waiting); the next %%hvd cell starts it again.")
+        elif not pool.can_rest():
+            print(
+                "Horovod stays awake while the pool is idle (--cycle-time, --fusion-mb or autotuning: Horovod 0.28.1 "
+                "cannot start again after a shutdown with those), so idle ranks keep cores busy."
+            )
         print(pool.table())
 
     @line_magic

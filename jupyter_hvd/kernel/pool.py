@@ -22,7 +22,7 @@ import ipyparallel as ipp
 import psutil
 
 from .. import state
-from ..engine import bootstrap
+from ..engine import bootstrap, idle
 from . import hosts, slurm
 from .errors import PoolError, group_errors
 from .ranks import format_ranks
@@ -31,6 +31,10 @@ from .watcher import PoolWatcher
 log = logging.getLogger("jupyter_hvd")
 
 OPS = ("auto", "nccl", "mpi")
+# An idle pool's Horovod is stopped after this many seconds (engine/idle.py); the next cell starts it again, in
+# about 3 ms on CPU ranks. GPU ranks wait longer: NCCL builds its communicators again at the first allreduce.
+REST_AFTER_CPU_S = 2.0
+REST_AFTER_GPU_S = 30.0
 
 # ipyparallel's launchers would print engine logs into whichever cell is running when mpiexec exits (a stop
 # is such an exit); what matters of mpiexec's output reaches the user through PoolError and death_report.
@@ -53,6 +57,7 @@ class PoolOptions:
     cpu: bool = False
     fail_timeout: float = 10.0
     timeline: bool = False
+    rest_after_s: float | None = None  # None: REST_AFTER_CPU_S or REST_AFTER_GPU_S
     stall_check_s: int = 10
     hosts: str = ""  # -H server1:4,server2:4
     hostfile: str = ""  # --hostfile FILE (Open MPI syntax)
@@ -87,6 +92,8 @@ class PoolOptions:
             raise ValueError("--ops nccl needs GPUs; drop --cpu or use --ops mpi")
         if self.fail_timeout <= 0:
             raise ValueError("--fail-timeout must be a positive number of seconds")
+        if self.rest_after_s is not None and self.rest_after_s < 0:
+            raise ValueError("--rest-after must be 0 (never) or a number of seconds")
         hosts.check_slots(self.host_list(), self.np, self.oversubscribe)
         slurm.check_options(self)
 
@@ -190,6 +197,8 @@ class Pool:
         self._retired_ids: set[int] = set()  # engines of before a restart, which the controller may still list
         self._state_lock = threading.Lock()
         self._pool_state = "starting"
+        self._idle_since = time.monotonic()
+        self.resting = False  # Horovod is stopped on every rank until the next cell (engine/idle.py)
         self._processes: list[dict[str, Any]] = []
         self._identity = state.kernel_identity()
         self.watcher: PoolWatcher | None = None
@@ -602,6 +611,7 @@ class Pool:
                     "ranks": ranks,
                     "processes": self._processes,
                     "cell": self.busy_cell,
+                    "resting": self.resting,
                     **self._identity,
                 },
             )
@@ -624,9 +634,38 @@ class Pool:
         """Record what the pool is doing (idle, running a cell, ...) for the sidebar."""
         self.busy_cell = cell
         self._pool_state = pool_state
+        self._idle_since = time.monotonic()
+        if pool_state == "running":
+            self.resting = False  # the cell wakes Horovod on every rank first
         for r in self.ranks:
             r.state = "busy" if pool_state == "running" else "idle"
         self._publish()
+
+    def can_rest(self) -> bool:
+        """Whether this pool's Horovod may rest when idle (the engines decide alike, from the same environment)."""
+        return idle.can_rest({**os.environ, **self.options.horovod_env()})
+
+    def rest_if_idle(self) -> bool:
+        """Stop Horovod on every rank if the pool has been idle for --rest-after seconds; whether it now rests.
+
+        Called by the watcher thread. Sends only (ipyparallel hands sends to its IO thread), and only while no
+        cell holds the lock, so a rest request always reaches the engines before the next cell does.
+        """
+        after = self.options.rest_after_s
+        if after is None:
+            after = REST_AFTER_GPU_S if any(r.device.startswith("cuda") for r in self.ranks) else REST_AFTER_CPU_S
+        if self.resting or not after or self.view is None or self._pool_state != "idle" or not self.can_rest():
+            return self.resting
+        if time.monotonic() - self._idle_since < after or not self.lock.acquire(blocking=False):
+            return False
+        try:
+            if self._pool_state == "idle" and not self.resting:
+                self.view.apply_async(idle.rest)
+                self.resting = True
+                self._publish()
+        finally:
+            self.lock.release()
+        return self.resting
 
     # ---- presentation --------------------------------------------------------------------------------------
 

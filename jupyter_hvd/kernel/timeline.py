@@ -203,8 +203,10 @@ def record(pool: Pool, requested_path: str, run: Callable[[], Any]) -> Any:
     """Run `run()` (the cell) with Horovod's timeline recording, then print the summary under the cell."""
     path = trace_path(requested_path)
     engines = pool.engine_ids()
-    _start(pool, path)
-    try:
-        return run()
-    finally:
-        _stop_and_show(pool, path, engines)
+    with pool.lock:  # no rest request (engine/idle.py) may come between the start and the cell
+        pool.resting = False  # the start wakes Horovod where it rests
+        _start(pool, path)
+        try:
+            return run()
+        finally:
+            _stop_and_show(pool, path, engines)

@@ -107,6 +107,7 @@ class PoolWatcher(threading.Thread):
                 if self._stopped.is_set():
                     return
             self.pool.update_rank_stats(self.sample(), publish=False)
+            self.pool.rest_if_idle()
         self.pool.write_state_file()
 
     def carry_out(self, action: str) -> None:

@@ -1,0 +1,67 @@
+"""Horovod rests while the pool is idle, so an idle pool leaves the machine's cores alone.
+
+Horovod's background thread negotiates with every other rank once per cycle (1 ms by default) whether or not there
+is work, and Open MPI busy-waits inside that negotiation: two idle ranks kept both cores of a 2-core machine busy.
+After a few idle seconds the kernel asks every rank, together, to `rest()` (`hvd.shutdown()`: the thread ends, MPI
+and everything in the user's namespace stay); the next cell's first act on every rank is `wake()` (`hvd.init()`).
+Both are collective, so the kernel sends them to all ranks or none; `can_rest()` says which pools stay awake.
+
+Imported on the engines only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+_resting = False
+
+
+# Horovod 0.28.1 cannot be initialised again once one of these fixed a tuning parameter: the first hvd.init() drops
+# the parameter from its tuning vector, the second writes to the old index (parameter_manager.cc) and the rank
+# died with SIGSEGV in 3 of 4 tries here. Pools started with them (--cycle-time, --fusion-mb) stay awake.
+_NO_REINIT = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_AUTOTUNE")
+
+
+def can_rest(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether Horovod can be shut down and started again without losing anything the user set up.
+
+    Decided from the environment only, which every rank shares (and the kernel knows): a peer's shutdown may
+    already have reached this rank's Horovod when it asks, and the ranks must all decide alike. Dynamic process
+    sets would be forgotten.
+    """
+    return not any(env.get(k) for k in (*_NO_REINIT, "HOROVOD_DYNAMIC_PROCESS_SETS"))
+
+
+def rest() -> dict[str, Any]:
+    """Stop Horovod's background thread until the next cell (called on every rank at once by the kernel)."""
+    global _resting
+    import horovod.torch as hvd
+    from horovod.torch import mpi_ops
+
+    t0 = time.perf_counter()
+    if _resting or not can_rest():
+        return {"resting": _resting, "seconds": 0.0}
+    hvd.shutdown()  # also right when the first rank's shutdown already ended this rank's background thread
+    mpi_ops._handle_map.clear()  # ops left in flight by a stalled cell ended with the shutdown
+    _resting = True
+    return {"resting": True, "seconds": time.perf_counter() - t0}
+
+
+def wake() -> float:
+    """Start Horovod again if it rests; the seconds it took (every rank runs this first in every cell)."""
+    global _resting
+    if not _resting:
+        return 0.0
+    import horovod.torch as hvd
+
+    t0 = time.perf_counter()
+    hvd.init()
+    _resting = False
+    return time.perf_counter() - t0
+
+
+def resting() -> bool:
+    return _resting
