@@ -8,8 +8,9 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "[test] ruff"
 ruff check .
 ruff format --check .
-echo "[test] pytest"
-# tests/test_multihost.py (two hosts in network namespaces) is left out: it passes when run by hand on a used
-# machine, but failed in 3 of 3 first runs in a fresh clone (its Ctrl-C step: the interrupt went unnoticed while
-# the ranks kept stepping). Run it with: .venv/bin/python -m pytest tests/test_multihost.py
+echo "[test] pytest: the two-host test, in a process of its own"
+# In one process with the whole suite it once missed hostB's pulled cable (2 of 2 runs, cause not found); alone it
+# passes, in the foreground and in the background (where it used to fail: see tests/multihost_driver.py).
+python -m pytest tests/test_multihost.py "$@" || [ $? -eq 5 ]  # 5: "$@" selected none of it
+echo "[test] pytest: everything else"
 exec python -m pytest --ignore=tests/test_multihost.py "$@"
