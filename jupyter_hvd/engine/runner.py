@@ -174,8 +174,12 @@ def leave_collectives() -> dict[str, Any]:
 
     t0 = time.perf_counter()
     try:
+        # Ops this rank submitted just before its cell ended (gradient hooks of a backward()) complete within a
+        # few of Horovod's cycles when the peers submitted them too. Joining first raced with them when their names
+        # were not in Horovod's response cache yet: they stayed in flight for good (2 of 8 tries) and forced a restart.
+        _settle(hvd, mpi_ops, 0.3)
         last = hvd.join()
-        in_flight = sum(1 for handle in list(mpi_ops._handle_map) if not _done(hvd, handle))
+        in_flight = _settle(hvd, mpi_ops, 1.0)
         mpi_ops.mpi_lib.horovod_torch_reset()
         mpi_ops._handle_map.clear()
         if not in_flight:
@@ -183,6 +187,16 @@ def leave_collectives() -> dict[str, Any]:
     except BaseException as exc:
         return {"ok": False, "error": describe_exception(exc), "seconds": time.perf_counter() - t0}
     return {"ok": True, "last_joined": int(last), "in_flight": in_flight, "seconds": time.perf_counter() - t0}
+
+
+def _settle(hvd: Any, mpi_ops: Any, seconds: float) -> int:
+    """Wait up to `seconds` for this rank's Horovod ops in flight to complete; how many are still in flight."""
+    deadline = time.monotonic() + seconds
+    while True:
+        in_flight = sum(1 for handle in list(mpi_ops._handle_map) if not _done(hvd, handle))
+        if not in_flight or time.monotonic() > deadline:
+            return in_flight
+        time.sleep(0.002)
 
 
 def _done(hvd: Any, handle: int) -> bool:

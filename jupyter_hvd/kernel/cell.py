@@ -60,9 +60,11 @@ class OutputRouter:
     def __init__(self, show_ranks: list[int]) -> None:
         self.prefix = len(show_ranks) > 1 or show_ranks != [0]
         self._partial: dict[tuple[int, str], str] = {}
+        self._wrote = False
 
     def feed(self, rank: int, name: str, text: str) -> None:
         out = sys.stderr if name == "stderr" else sys.stdout
+        self._wrote = True
         if not self.prefix:
             out.write(text)
             return
@@ -77,8 +79,9 @@ class OutputRouter:
             if rest:
                 (sys.stderr if name == "stderr" else sys.stdout).write(f"[rank {rank}] {rest}\n")
         self._partial.clear()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        if self._wrote:  # output before the cell's error message; a flush waits for the kernel's IO thread (~1 ms)
+            sys.stdout.flush()
+            sys.stderr.flush()
 
 
 @dataclass
