@@ -1,4 +1,4 @@
-"""A real JupyterLab for the browser tests: free port, token, private state and settings, a notebook to open."""
+"""A real JupyterLab (or Notebook 7) for the browser tests: free port, token, private state and settings, a notebook."""
 
 from __future__ import annotations
 
@@ -26,12 +26,19 @@ def free_port() -> int:
 
 
 @contextmanager
-def jupyterlab(tmp_path: Path, notebook: str, cells: list[str], env: dict[str, str] | None = None) -> Iterator[dict]:
+def jupyterlab(
+    tmp_path: Path, notebook: str, cells: list[str], env: dict[str, str] | None = None, app: str = "lab"
+) -> Iterator[dict]:
     """Serve `notebook` (made of `cells`) from a fresh JupyterLab; stop it and check nothing of it is left.
 
-    Yields url, token, server (the Popen), log (path). On exit every kernel's pool must be gone: processes that
-    carry this run's pool state directory are killed (so nothing leaks) and then reported as a failure.
+    app "lab" runs `jupyter lab`, "notebook" runs `jupyter notebook` (Notebook 7): the same flags, the settings
+    and workspaces directories given to the app that serves the page.
+    Yields url, token, server (the Popen), log (path), notebook_url (where the notebook opens, token included).
+    On exit every kernel's pool must be gone: processes that carry this run's pool state directory are killed
+    (so nothing leaks) and then reported as a failure.
     """
+    if app not in ("lab", "notebook"):
+        raise ValueError(f"app must be 'lab' or 'notebook', not {app!r}")
     root = tmp_path / "root"
     root.mkdir()
     nb = nbformat.v4.new_notebook()
@@ -41,13 +48,14 @@ def jupyterlab(tmp_path: Path, notebook: str, cells: list[str], env: dict[str, s
     token, port = secrets.token_hex(16), free_port()
     state_dir = str(tmp_path / "hvd-state")
     full_env = {**os.environ, "JUPYTER_HVD_STATE_DIR": state_dir, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
-    full_env.pop("JUPYTER_HVD_LIVE_VIEW", None)  # the front end decides: JupyterLab sends cell ids
+    full_env.pop("JUPYTER_HVD_LIVE_VIEW", None)  # the front end decides: JupyterLab and Notebook 7 send cell ids
     full_env.update(env or {})
+    settings = "LabApp" if app == "lab" else "JupyterNotebookApp"  # whose settings and workspaces are private
     cmd = [
-        sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
+        sys.executable, "-m", "jupyter", app, "--no-browser", "--allow-root",
         f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}",
-        f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
-        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
+        f"--ServerApp.root_dir={root}", f"--{settings}.user_settings_dir={tmp_path / 'settings'}",
+        f"--{settings}.workspaces_dir={tmp_path / 'workspaces'}",
     ]  # fmt: skip
     log_path = tmp_path / "lab.log"
     log = open(log_path, "wb")
@@ -62,9 +70,11 @@ def jupyterlab(tmp_path: Path, notebook: str, cells: list[str], env: dict[str, s
                 break
             except OSError:
                 if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("JupyterLab did not start: " + log_path.read_text()) from None
+                    raise RuntimeError(f"jupyter {app} did not start: " + log_path.read_text()) from None
                 time.sleep(0.5)
-        yield {"url": url, "token": token, "server": server, "log": log_path}
+        page = f"lab/tree/{notebook}" if app == "lab" else f"notebooks/{notebook}"
+        notebook_url = f"{url}{page}?token={token}"
+        yield {"url": url, "token": token, "server": server, "log": log_path, "notebook_url": notebook_url}
     finally:
         server.terminate()  # kernels are shut down with the server; their pools stop with them
         try:
@@ -86,4 +96,4 @@ def jupyterlab(tmp_path: Path, notebook: str, cells: list[str], env: dict[str, s
                 break
             time.sleep(0.5)
         state.kill_processes(leftovers)
-    assert not leftovers, f"processes left after JupyterLab stopped: {[p.pid for p in leftovers]}"
+    assert not leftovers, f"processes left after jupyter {app} stopped: {[p.pid for p in leftovers]}"

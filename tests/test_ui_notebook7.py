@@ -1,0 +1,121 @@
+"""The live training view in a real Jupyter Notebook 7 and headless Chromium (playwright-core), on a real 2-rank pool.
+
+The JupyterLab twin is test_ui_live_view.py. The browser part is widgets-js/browser/live_view_notebook7.mjs; this
+test starts Notebook 7 for it (tests/lab.py, app="notebook") and checks what it saw: the widget rendered in the
+training cell's output, its plot gained points while the cell was still running, rank 0's log lines appeared,
+the static copy is hidden where the widget renders, and a reloaded page draws it all again.
+Screenshots: artifacts/live_view_notebook7/.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lab import jupyterlab
+
+ROOT = Path(__file__).resolve().parents[1]
+JS = ROOT / "widgets-js"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = ROOT / "artifacts" / "live_view_notebook7"
+
+pytestmark = [
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium: apt-get install -y chromium"),
+    pytest.mark.skipif(
+        not (JS / "node_modules" / "playwright-core").exists() or not shutil.which("node"),
+        reason="needs node and playwright-core: cd widgets-js && npm install",
+    ),
+    pytest.mark.skipif(
+        importlib.util.find_spec("notebook") is None, reason="needs Notebook 7: pip install 'notebook>=7.2,<8'"
+    ),
+]
+
+STEPS = 200
+TRAIN = f"""%%hvd --batch-size 32
+import time
+from jupyter_hvd import report
+for step in range({STEPS}):
+    time.sleep(0.03)
+    report(step=step, loss=2.0 / (1 + step / 30), samples=32, total={STEPS})
+    if step % 50 == 0:
+        print(f"\\x1b[34mrank {{rank}} step {{step}}\\x1b[0m: loss={{2.0 / (1 + step / 30):.3f}}")
+print(f"rank {{rank}} done")
+"""
+RANK0_LINES = [f"rank 0 step {s}: loss={2.0 / (1 + s / 30):.3f}" for s in range(0, STEPS, 50)] + ["rank 0 done"]
+
+# Console errors of the Notebook 7 page that are not the live view's:
+KNOWN_ERRORS = (
+    # The jupyter-hvd pools sidebar (labextension/src/index.ts) requires JupyterLab's ILabShell, which Notebook 7
+    # does not provide: the sidebar plugin does not activate there.
+    "Plugin 'jupyter-hvd:plugin' failed to activate. TypeError: No provider for: @jupyterlab/application:ILabShell",
+    # Notebook 7.6's own shortcuts settings handler, on every notebook page, with every extension disabled too.
+    "Cannot read properties of undefined (reading 'schema')",
+)
+
+
+@pytest.fixture
+def notebook7(tmp_path: Path) -> Iterator[dict[str, object]]:
+    """Notebook 7 serving the demo notebook (see tests/lab.py)."""
+    with jupyterlab(
+        tmp_path,
+        "live_view_demo.ipynb",
+        ["%load_ext jupyter_hvd\n%hvd_start -np 2", TRAIN, "%hvd_stop"],
+        app="notebook",
+    ) as info:
+        yield info
+
+
+def test_live_view_in_notebook7(notebook7: dict[str, object]) -> None:
+    env = {
+        **os.environ,
+        "NOTEBOOK_URL": str(notebook7["notebook_url"]),
+        "ARTIFACTS": str(ARTIFACTS),
+        "CHROMIUM": CHROMIUM,
+    }
+    out = subprocess.run(
+        ["node", str(JS / "browser" / "live_view_notebook7.mjs")],
+        cwd=JS,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    assert lines, f"the browser script printed no result:\n{out.stdout}\n{out.stderr}"
+    r = json.loads(lines[-1])
+    server_log = Path(str(notebook7["log"])).read_text()[-3000:]
+    assert r["ok"], f"{json.dumps(r)[:4000]}\n{out.stderr[-2000:]}\nserver log:\n{server_log}"
+    # The page was Notebook 7's, not JupyterLab's.
+    assert r["notebook7"]["appName"] == "Jupyter Notebook" and r["notebook7"]["appVersion"].startswith("7.")
+    running = [s for s in r["samples"] if s["running"]]
+    growth = sorted({s["points"] for s in running if s["points"] > 0})
+    # The widget drew points while the cell was still running, and more of them later in the run: several
+    # counts, one of them well inside the run (the printed "step N: loss=" lines alone plot only a few points).
+    assert len(growth) >= 3, r["samples"]
+    assert any(STEPS // 5 <= p <= STEPS * 4 // 5 for p in growth), r["samples"]
+    assert growth[0] < STEPS and r["final"]["points"] == STEPS
+    assert any(s["lines"] for s in running), r["samples"]  # rank 0's log arrived during the run too
+    assert any("samples/s" in s["status"] and "ETA" in s["status"] for s in running)
+    final = r["final"]
+    assert final["widgets"] == 1 and final["canvas"] == 1 and final["state"] == "done"
+    assert final["status"].startswith(f"✓ finished · 2 ranks · step {STEPS - 1}/{STEPS}")
+    assert final["lines"] == RANK0_LINES  # rank 0's lines only, in order; rank 1's are not shown
+    assert final["coloured"] == 4  # the ANSI-coloured parts kept their colour
+    assert r["readout"].startswith("step ") and "loss" in r["readout"]
+    # The static copy is in the output (for front ends without widgets) but hidden where the widget renders.
+    assert final["staticCopies"] == 1 and r["staticVisible"] is False
+    assert r["cellText"].count("rank 0 done") == 1, r["cellText"]  # what the user sees: the log once
+    # After a page reload the widget asks the kernel for everything once and draws it all again.
+    # (Its status line's elapsed time is not compared: a full copy recomputes it from the cell's start to now.)
+    again = r["afterReload"]
+    assert again["points"] == STEPS and again["lines"] == RANK0_LINES and again["state"] == "done"
+    assert again["status"].startswith("✓ finished") and r["staticVisibleAfterReload"] is False
+    unknown = [e for e in r["errors"] if not any(e.startswith(k) for k in KNOWN_ERRORS)]
+    assert not unknown, unknown
+    assert (ARTIFACTS / "1-running.png").exists() and (ARTIFACTS / "2-done.png").exists()

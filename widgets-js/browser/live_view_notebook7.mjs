@@ -1,0 +1,126 @@
+// The live training view in a real browser: Jupyter Notebook 7 (started by tests/test_ui_notebook7.py),
+// headless Chromium. Runs %hvd_start -np 2 and a training cell; samples the plot's point count and the log
+// while the cell runs, hovers the finished plot, reloads the page, stops the pool.
+// Prints one JSON line of what it saw; screenshots go to $ARTIFACTS. The JupyterLab twin is live_view.mjs.
+//
+// Env: NOTEBOOK_URL (http://127.0.0.1:PORT/notebooks/NAME?token=...), ARTIFACTS, CHROMIUM.
+import { chromium } from "playwright-core";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+const { NOTEBOOK_URL, ARTIFACTS = "artifacts/live_view_notebook7" } = process.env;
+mkdirSync(ARTIFACTS, { recursive: true });
+const result = { ok: false, samples: [], errors: [] };
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+});
+const page = await browser.newPage({ viewport: { width: 1300, height: 1000 } });
+page.on("pageerror", (e) => result.errors.push(e.message));
+page.on("console", (m) => m.type() === "error" && result.errors.push(m.text()));
+const shot = (name) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
+
+// Notebook 7 draws its one notebook with JupyterLab's notebook widget: the same cell, prompt and output
+// classes, the same command-mode keys.
+async function runCell(index) {
+  const cell = page.locator(".jp-Notebook .jp-Cell").nth(index);
+  const prompt = cell.locator(".jp-InputPrompt");
+  // A key press can land before the editor has focus: press again until the prompt shows the cell ran.
+  for (let attempt = 0; attempt < 5; attempt++) {
+    await cell.locator(".jp-InputArea-editor").click();
+    await page.keyboard.press("Escape");
+    await page.keyboard.press("Control+Enter");
+    for (let i = 0; i < 20; i++) {
+      if (/\[(\*|\d+)\]/.test((await prompt.textContent()) || "")) return cell;
+      await page.waitForTimeout(250);
+    }
+  }
+  throw new Error(`cell ${index} did not start`);
+}
+
+// What a user sees of the live view in a cell: plotted points, log lines, status, the static copy.
+const look = (cell) =>
+  cell.evaluate((el) => ({
+    widgets: el.querySelectorAll(".jhvd-live").length,
+    state: el.querySelector(".jhvd-live")?.dataset.state || "",
+    points: Number(el.querySelector(".jhvd-plot")?.dataset.points || 0),
+    canvas: el.querySelectorAll(".jhvd-plot canvas").length,
+    lines: Array.from(el.querySelectorAll(".jhvd-log-lines .jhvd-line")).map((l) => l.textContent),
+    coloured: el.querySelectorAll(".jhvd-log-lines .jhvd-line span[style*='color']").length,
+    status: el.querySelector(".jhvd-status")?.textContent || "",
+    staticCopies: el.querySelectorAll(".jhvd-static").length,
+  }));
+
+try {
+  await page.goto(NOTEBOOK_URL);
+  result.app = await page.evaluate(() => document.title);
+  await page.locator("#main-panel .jp-Notebook .jp-Cell").first().waitFor({ timeout: 60000 });
+  await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').waitFor({ timeout: 60000 });
+  result.notebook7 = await page.evaluate(() => {
+    const config = JSON.parse(document.getElementById("jupyter-config-data")?.textContent || "{}");
+    return { appName: config.appName || "", appVersion: config.appVersion || "", shell: !!document.querySelector("#main-panel") };
+  });
+
+  const first = await runCell(0);
+  await first.locator(".jp-OutputArea-output", { hasText: "Pool ready" }).waitFor({ timeout: 150000 });
+
+  const train = await runCell(1);
+  const live = train.locator(".jhvd-live");
+  await live.waitFor({ timeout: 30000 });
+  const prompt = train.locator(".jp-InputPrompt");
+  // Sample while the cell runs (the prompt shows [*]): points plotted, log lines shown, the status line.
+  const t0 = Date.now();
+  for (;;) {
+    const running = ((await prompt.textContent()) || "").includes("*");
+    const { points, lines, status } = await look(train);
+    result.samples.push({ t: (Date.now() - t0) / 1000, running, points, lines: lines.length, status });
+    if (running && points > 60 && !result.runningShot) {
+      await shot("1-running");
+      result.runningShot = true;
+    }
+    if (!running || Date.now() - t0 > 120000) break;
+    await page.waitForTimeout(250);
+  }
+  await page.waitForFunction((cell) => cell.querySelector(".jhvd-live")?.dataset.state === "done", await train.elementHandle(), {
+    timeout: 30000,
+  });
+  result.final = await look(train);
+  result.staticVisible = await train.locator(".jhvd-static").isVisible();
+  result.cellText = await train.locator(".jp-OutputArea").innerText();
+  // The hover readout on the finished plot.
+  const box = await train.locator(".jhvd-plot canvas").boundingBox();
+  await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.5);
+  result.readout = await train.locator(".jhvd-readout").textContent();
+  await shot("2-done");
+
+  // A reloaded page: the widget comes back from the kernel and asks it for everything once.
+  await page.keyboard.press("Escape");
+  await page.keyboard.press("Control+s");
+  await page.waitForTimeout(1000);
+  await page.reload();
+  const again = page.locator(".jp-Notebook .jp-Cell").nth(1);
+  await page.waitForFunction(
+    ([cell, points]) => Number(cell.querySelector(".jhvd-plot")?.dataset.points || 0) === points,
+    [await again.elementHandle({ timeout: 60000 }), result.final.points],
+    { timeout: 60000 },
+  );
+  result.afterReload = await look(again);
+  result.staticVisibleAfterReload = await again.locator(".jhvd-static").isVisible();
+  await shot("3-after-reload");
+
+  const stop = await runCell(2);
+  await stop.locator(".jp-OutputArea-output", { hasText: "Pool stopped" }).waitFor({ timeout: 60000 });
+  result.ok = true;
+} catch (e) {
+  result.error = String(e && e.stack ? e.stack : e);
+  result.outputs = await page
+    .locator(".jp-Notebook .jp-Cell .jp-OutputArea")
+    .allTextContents()
+    .catch(() => []);
+  await shot("error").catch(() => {});
+} finally {
+  await browser.close();
+  writeFileSync(join(ARTIFACTS, "result.json"), JSON.stringify(result, null, 1));
+  console.log(JSON.stringify(result));
+}
