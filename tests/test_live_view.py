@@ -98,6 +98,10 @@ def test_updates_are_coalesced_and_carry_every_point_and_line_once(capsys: pytes
     assert xs == list(range(3000))
     assert lines == [f"step {i} loss={1 / (i + 1):.6f}" for i in range(3000)]
     assert sent[-1][1]["status"]["state"] == "done"
+    # A page reloaded later asks for a full copy: the finished cell's elapsed time must not have grown.
+    final = sent[-1][1]["status"]["elapsed"]
+    time.sleep(0.3)
+    assert view.status()["elapsed"] == final
     capsys.readouterr()
 
 

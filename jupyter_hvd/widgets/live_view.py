@@ -61,6 +61,7 @@ class LiveView:
         self.ranks = ranks
         self.parse_rank = min(show_ranks)
         self.started = time.time()
+        self.ended: float | None = None  # the elapsed time stops with the cell (a later full copy must agree)
         self.state = "running"
         self.seq = 0
         self.widget = TrainingView(view_id=uuid.uuid4().hex, plots=plots, log_lines=log_lines)
@@ -112,6 +113,7 @@ class LiveView:
         self._thread.join(timeout=2.0)
         with self._lock:
             self.state = "done" if ok else "failed"
+            self.ended = time.time()
             self.log.finish()
             update = self._take_update()
         try:
@@ -135,7 +137,7 @@ class LiveView:
             "total": c.total,
             "samples_per_s": c.samples_per_second(),
             "steps_per_s": c.steps_per_second(),
-            "elapsed": time.time() - self.started,
+            "elapsed": (self.ended or time.time()) - self.started,
             "eta": c.eta_seconds() if self.state == "running" else None,
             "latest": {k: v for k, v in c.latest.items() if v == v},
         }
