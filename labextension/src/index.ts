@@ -1,5 +1,4 @@
 import {
-  ILabShell,
   ILayoutRestorer,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
@@ -25,16 +24,19 @@ const LABELS: Record<Action, string> = {
   stop: 'Stop jupyter-hvd pool'
 };
 
-/** The left-sidebar panel of jupyter-hvd pools, with Interrupt / Restart / Stop commands. */
+/**
+ * The left-sidebar panel of jupyter-hvd pools, with Interrupt / Restart / Stop commands.
+ *
+ * Only `app.shell` is used (add, currentWidget, activateById): JupyterLab's ILabShell and Notebook 7's shell
+ * both implement it, so the plugin activates in both. In JupyterLab `app.shell` is the ILabShell itself.
+ */
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-hvd:plugin',
   description: 'Every jupyter-hvd pool and every rank, with Interrupt / Restart / Stop.',
   autoStart: true,
-  requires: [ILabShell],
   optional: [ILayoutRestorer, ICommandPalette, ISettingRegistry],
   activate: async (
     app: JupyterFrontEnd,
-    shell: ILabShell,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
     settings: ISettingRegistry | null
@@ -48,6 +50,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         console.warn('jupyter-hvd: settings not loaded, refreshing every second', error);
       }
     }
+    const { shell } = app;
     const sidebar = new HvdSidebar(refreshMs);
     sidebar.title.icon = hvdIcon;
     shell.add(sidebar, 'left', { rank: 750 });
@@ -55,6 +58,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       restorer.add(sidebar, 'jupyter-hvd-sidebar');
     }
 
+    // The notebook in the main area (JupyterLab: the focused one; Notebook 7: the page's only one).
     const currentKernelId = (): string | null => {
       const widget = shell.currentWidget as any;
       return widget?.sessionContext?.session?.kernel?.id ?? null;

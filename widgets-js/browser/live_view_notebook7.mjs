@@ -1,6 +1,7 @@
 // The live training view in a real browser: Jupyter Notebook 7 (started by tests/test_ui_notebook7.py),
-// headless Chromium. Runs %hvd_start -np 2 and a training cell; samples the plot's point count and the log
-// while the cell runs, hovers the finished plot, reloads the page, stops the pool.
+// headless Chromium. Runs %hvd_start -np 2, opens the jupyter-hvd pools sidebar and finds the pool there and
+// its commands in the palette, runs a training cell; samples the plot's point count and the log while the
+// cell runs, hovers the finished plot, reloads the page, stops the pool.
 // Prints one JSON line of what it saw; screenshots go to $ARTIFACTS. The JupyterLab twin is live_view.mjs.
 //
 // Env: NOTEBOOK_URL (http://127.0.0.1:PORT/notebooks/NAME?token=...), ARTIFACTS, CHROMIUM.
@@ -52,6 +53,36 @@ const look = (cell) =>
     staticCopies: el.querySelectorAll(".jhvd-static").length,
   }));
 
+// Click through Notebook 7's menu bar: `path` is the menu, then the labels of submenus and the item.
+async function menu(...path) {
+  await page.locator(".lm-MenuBar-item", { hasText: new RegExp(`^${path[0]}$`) }).click();
+  for (const label of path.slice(1, -1)) await page.locator(".lm-Menu-item", { hasText: label }).hover();
+  await page.locator(".lm-Menu-item", { hasText: path[path.length - 1] }).click();
+}
+
+// The jupyter-hvd pools sidebar (labextension/) in Notebook 7: in the left area, hidden at first; Notebook 7
+// offers it as View > Left Sidebar > "Show <its caption>". Opened, it shows the running pool; the palette
+// lists its Interrupt / Restart / Stop commands. Closed again so the live view below has the page's width.
+async function poolsSidebar() {
+  const sidebar = page.locator("#jp-left-stack #jupyter-hvd-sidebar");
+  const out = { attached: (await sidebar.count()) === 1, hiddenAtFirst: !(await sidebar.isVisible()) };
+  const toggle = () => menu("View", "Left Sidebar", "Show Horovod pools (jupyter-hvd)");
+  await toggle();
+  await sidebar.locator(".jp-HvdPool").first().waitFor({ timeout: 15000 });
+  out.pools = await sidebar.locator(".jp-HvdPool-notebook").allTextContents();
+  out.ranks = await sidebar.locator(".jp-HvdPool [data-rank]").count();
+  await shot("0-sidebar");
+  await toggle();
+  out.hiddenAfterClose = !(await sidebar.isVisible());
+  await menu("View", "Activate Command Palette");
+  const search = page.locator(".lm-CommandPalette-input");
+  await search.fill("jupyter-hvd pool");
+  await page.locator(".lm-CommandPalette-item").first().waitFor({ timeout: 5000 });
+  out.palette = (await page.locator(".lm-CommandPalette-itemLabel").allTextContents()).sort();
+  await search.press("Escape");
+  return out;
+}
+
 try {
   await page.goto(NOTEBOOK_URL);
   result.app = await page.evaluate(() => document.title);
@@ -64,6 +95,7 @@ try {
 
   const first = await runCell(0);
   await first.locator(".jp-OutputArea-output", { hasText: "Pool ready" }).waitFor({ timeout: 150000 });
+  result.sidebar = await poolsSidebar();
 
   const train = await runCell(1);
   const live = train.locator(".jhvd-live");
