@@ -154,7 +154,7 @@ def _listening(ns: str, pids: set[int]) -> list[str]:
 class Driver:
     """The notebook, running in hostA's namespace with hostname hostA; reads its `@@` events."""
 
-    def __init__(self, net: TwoHosts, state_dir: Path, start_line: str) -> None:
+    def __init__(self, net: TwoHosts, state_dir: Path, start_line: str, *flags: str) -> None:
         env = {
             **os.environ,
             "PATH": VENV_BIN + os.pathsep + os.environ.get("PATH", ""),
@@ -168,7 +168,7 @@ class Driver:
         cmd = 'hostname hostA && exec "$0" "$@"'
         in_host_a = ["ip", "netns", "exec", net.ns["hostA"], "unshare", "--uts", "sh", "-c", cmd]
         self.proc = subprocess.Popen(
-            [*in_host_a, sys.executable, str(HERE / "multihost_driver.py"), start_line],
+            [*in_host_a, sys.executable, str(HERE / "multihost_driver.py"), start_line, *flags],
             env=env,
             cwd=str(HERE.parent),
             stdin=subprocess.PIPE,
@@ -266,6 +266,27 @@ def test_two_hosts_allreduce_and_a_lost_host(two_hosts: TwoHosts, tmp_path: Path
         assert driver.next_event(60) == {"event": "stopped", "error": ""}
         driver.proc.wait(timeout=30)
         # A stopped pool leaves nothing running on either host.
+        deadline = time.monotonic() + 15
+        while two_hosts.pids() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert two_hosts.pids() == []
+    finally:
+        driver.close()
+
+
+def test_two_hosts_from_a_hostfile(two_hosts: TwoHosts, tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# Open MPI syntax, as for mpirun --hostfile\nhostA slots=1\nhostB slots=1\n")
+    driver = Driver(
+        two_hosts, tmp_path, f"-np 2 --hostfile {hostfile} --ip {ADDR['hostA']} --cpu --timeout 60", "--short"
+    )
+    try:
+        started = driver.next_event(120)
+        assert started["event"] == "started" and not started["error"], started
+        assert {r["rank"]: r["host"] for r in started["ranks"]} == {0: "hostA", 1: "hostB"}
+        assert driver.next_event(60) == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
+        assert driver.next_event(60) == {"event": "stopped", "error": ""}
+        driver.proc.wait(timeout=30)
         deadline = time.monotonic() + 15
         while two_hosts.pids() and time.monotonic() < deadline:
             time.sleep(0.2)
