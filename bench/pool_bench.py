@@ -55,7 +55,13 @@ def warm_loop(round_trips: int) -> tuple[list[dict], dict]:
     try:
         k.run("%load_ext jupyter_hvd")
         assert k.run("%hvd_start -np 2", timeout=300).status == "ok"
-        for flags, label in (("--no-plot", "empty %%hvd cell, --no-plot"), ("", "empty %%hvd cell, live view on")):
+        views = (
+            ("text", "--no-plot", "empty %%hvd cell, --no-plot, text view (headless runs)"),
+            ("widget", "", "empty %%hvd cell, live view widget (as in JupyterLab)"),
+        )
+        for view, flags, label in views:
+            # This client draws no widgets: ask for the widget the notebook front ends get.
+            k.run(f"import os\nos.environ['JUPYTER_HVD_LIVE_VIEW'] = '{view}'")
             k.run(f"%%hvd {flags}\npass")  # warm-up
             times = []
             for _ in range(round_trips):

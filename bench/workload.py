@@ -37,8 +37,9 @@ for i in range(STEPS):
         print(f"step {i} loss={loss.item():.4f}", flush=True)
 hvd.allreduce(torch.zeros(1), name="bench.end")
 seconds = time.perf_counter() - t0
+bench_result = {"samples_per_s": STEPS * batch * size / seconds, "seconds": seconds}
 if rank == 0:
-    print("RESULT " + json.dumps({"samples_per_s": STEPS * batch * size / seconds, "seconds": seconds}), flush=True)
+    print("RESULT " + json.dumps(bench_result), flush=True)
 """
 
 
