@@ -79,6 +79,7 @@ def warm_loop(round_trips: int) -> tuple[list[dict], dict]:
                 "n": s["n"],
             }
         )
+        k.run("os.environ['JUPYTER_HVD_LIVE_VIEW'] = 'text'")  # the streamed line marks the first step
         # The first training step ever in a pool pays torch's one-time costs (about 2 s here): not an edit-run loop.
         k.run("%%hvd --no-plot\n" + TINY_STEP)
         firsts = []
