@@ -204,6 +204,17 @@ class Driver:
         self.proc.wait(timeout=10)
 
 
+def allreduce_then_stop_leaves_nothing(driver: Driver, net: TwoHosts) -> None:
+    """The driver's allreduce sums to 3 on both ranks, %hvd_stop succeeds, and nothing runs on either host after."""
+    assert driver.next_event(60) == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
+    assert driver.next_event(60) == {"event": "stopped", "error": ""}
+    driver.proc.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while net.pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert net.pids() == []
+
+
 def test_two_hosts_allreduce_and_a_lost_host(two_hosts: TwoHosts, tmp_path: Path) -> None:
     driver = Driver(two_hosts, tmp_path, f"-np 2 -H hostA:1,hostB:1 --ip {ADDR['hostA']} --cpu --timeout 60")
     try:
@@ -262,14 +273,7 @@ def test_two_hosts_allreduce_and_a_lost_host(two_hosts: TwoHosts, tmp_path: Path
         assert restarted["event"] == "restarted" and not restarted["error"], restarted["error"] + "".join(driver.lines)
         print(f"two-host pool: %hvd_restart with hostB back took {restarted['seconds']:.1f} s")
         assert sorted(r["host"] for r in restarted["ranks"]) == ["hostA", "hostB"]
-        assert driver.next_event(60) == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
-        assert driver.next_event(60) == {"event": "stopped", "error": ""}
-        driver.proc.wait(timeout=30)
-        # A stopped pool leaves nothing running on either host.
-        deadline = time.monotonic() + 15
-        while two_hosts.pids() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert two_hosts.pids() == []
+        allreduce_then_stop_leaves_nothing(driver, two_hosts)
     finally:
         driver.close()
 
@@ -284,12 +288,6 @@ def test_two_hosts_from_a_hostfile(two_hosts: TwoHosts, tmp_path: Path) -> None:
         started = driver.next_event(120)
         assert started["event"] == "started" and not started["error"], started
         assert {r["rank"]: r["host"] for r in started["ranks"]} == {0: "hostA", 1: "hostB"}
-        assert driver.next_event(60) == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
-        assert driver.next_event(60) == {"event": "stopped", "error": ""}
-        driver.proc.wait(timeout=30)
-        deadline = time.monotonic() + 15
-        while two_hosts.pids() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert two_hosts.pids() == []
+        allreduce_then_stop_leaves_nothing(driver, two_hosts)
     finally:
         driver.close()

@@ -5,40 +5,13 @@
 // Prints one JSON line of what it saw; screenshots go to $ARTIFACTS. The JupyterLab twin is live_view.mjs.
 //
 // Env: NOTEBOOK_URL (http://127.0.0.1:PORT/notebooks/NAME?token=...), ARTIFACTS, CHROMIUM.
-import { chromium } from "playwright-core";
-import { mkdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { finish, openPage, runCell as runCellOn } from "./notebook_page.mjs";
 
 const { NOTEBOOK_URL, ARTIFACTS = "artifacts/live_view_notebook7" } = process.env;
-mkdirSync(ARTIFACTS, { recursive: true });
-const result = { ok: false, samples: [], errors: [] };
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-});
-const page = await browser.newPage({ viewport: { width: 1300, height: 1000 } });
-page.on("pageerror", (e) => result.errors.push(e.message));
-page.on("console", (m) => m.type() === "error" && result.errors.push(m.text()));
-const shot = (name) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
-
-// Notebook 7 draws its one notebook with JupyterLab's notebook widget: the same cell, prompt and output
-// classes, the same command-mode keys.
-async function runCell(index) {
-  const cell = page.locator(".jp-Notebook .jp-Cell").nth(index);
-  const prompt = cell.locator(".jp-InputPrompt");
-  // A key press can land before the editor has focus: press again until the prompt shows the cell ran.
-  for (let attempt = 0; attempt < 5; attempt++) {
-    await cell.locator(".jp-InputArea-editor").click();
-    await page.keyboard.press("Escape");
-    await page.keyboard.press("Control+Enter");
-    for (let i = 0; i < 20; i++) {
-      if (/\[(\*|\d+)\]/.test((await prompt.textContent()) || "")) return cell;
-      await page.waitForTimeout(250);
-    }
-  }
-  throw new Error(`cell ${index} did not start`);
-}
+const session = await openPage(ARTIFACTS);
+const { page, result, shot } = session;
+let failure;
+const runCell = (index) => runCellOn(page, index);
 
 // What a user sees of the live view in a cell: plotted points, log lines, status, the static copy.
 const look = (cell) =>
@@ -145,14 +118,7 @@ try {
   await stop.locator(".jp-OutputArea-output", { hasText: "Pool stopped" }).waitFor({ timeout: 60000 });
   result.ok = true;
 } catch (e) {
-  result.error = String(e && e.stack ? e.stack : e);
-  result.outputs = await page
-    .locator(".jp-Notebook .jp-Cell .jp-OutputArea")
-    .allTextContents()
-    .catch(() => []);
-  await shot("error").catch(() => {});
+  failure = e;
 } finally {
-  await browser.close();
-  writeFileSync(join(ARTIFACTS, "result.json"), JSON.stringify(result, null, 1));
-  console.log(JSON.stringify(result));
+  await finish(session, ARTIFACTS, failure);
 }
