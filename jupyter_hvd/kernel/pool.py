@@ -31,6 +31,9 @@ from .watcher import PoolWatcher
 log = logging.getLogger("jupyter_hvd")
 
 OPS = ("auto", "nccl", "mpi")
+# ipyparallel's hub completes an engine's registration at its next heartbeat: with the default 3 s period that took
+# 6 s of every pool start. Local engines are watched by pid as well, so the hub's patience stays at 30 s.
+LOCAL_CONTROLLER_ARGS = ["--ping=250", "--HeartMonitor.max_heartmonitor_misses=120"]
 # An idle pool's Horovod is stopped after this many seconds (engine/idle.py); the next cell starts it again, in
 # about 3 ms on CPU ranks. GPU ranks wait longer: NCCL builds its communicators again at the first allreduce.
 REST_AFTER_CPU_S = 2.0
@@ -250,7 +253,7 @@ class Pool:
             engine_launcher_class=slurm.ENGINE_LAUNCHER if self.options.slurm_nodes else "mpi",
             # Loopback only unless hosts are given; then only the one interface the hosts reach us on.
             controller_ip=self.controller_ip(),
-            controller_args=hosts.MULTI_HOST_CONTROLLER_ARGS if self.options.multi_host() else [],
+            controller_args=hosts.MULTI_HOST_CONTROLLER_ARGS if self.options.multi_host() else LOCAL_CONTROLLER_ARGS,
             delay=0,
             log=_launcher_log,
             engine_timeout=int(self.options.timeout),
