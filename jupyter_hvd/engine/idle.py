@@ -61,7 +61,3 @@ def wake() -> float:
     hvd.init()
     _resting = False
     return time.perf_counter() - t0
-
-
-def resting() -> bool:
-    return _resting
