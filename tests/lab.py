@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,8 +16,22 @@ from pathlib import Path
 
 import nbformat
 import psutil
+import pytest
 
 from jupyter_hvd import state
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+
+def browser_skips(js_dir: Path) -> list[pytest.MarkDecorator]:
+    """Skip marks of a browser test: Debian's Chromium, and node with playwright-core installed in `js_dir`."""
+    return [
+        pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium: apt-get install -y chromium"),
+        pytest.mark.skipif(
+            not (js_dir / "node_modules" / "playwright-core").exists() or not shutil.which("node"),
+            reason=f"needs node and playwright-core: cd {js_dir.name} && npm install",
+        ),
+    ]
 
 
 def free_port() -> int:

@@ -17,19 +17,14 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import wait_until_gone
-from lab import jupyterlab
+from lab import CHROMIUM, browser_skips, jupyterlab
 
 ROOT = Path(__file__).resolve().parents[1]
 LABEXT = ROOT / "labextension"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "sidebar"
 
 pytestmark = [
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium: apt-get install -y chromium"),
-    pytest.mark.skipif(
-        not (LABEXT / "node_modules" / "playwright-core").exists() or not shutil.which("node"),
-        reason="needs node and playwright-core: cd labextension && npm install",
-    ),
+    *browser_skips(LABEXT),
     pytest.mark.skipif(
         not (ROOT / "jupyter_hvd" / "labextension" / "package.json").exists(),
         reason="the labextension is not built: cd labextension && npm run build",

@@ -9,25 +9,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab import jupyterlab
+from lab import CHROMIUM, browser_skips, jupyterlab
 
 ROOT = Path(__file__).resolve().parents[1]
 JS = ROOT / "widgets-js"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "live_view"
 
 pytestmark = [
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium: apt-get install -y chromium"),
-    pytest.mark.skipif(
-        not (JS / "node_modules" / "playwright-core").exists() or not shutil.which("node"),
-        reason="needs node and playwright-core: cd widgets-js && npm install",
-    ),
+    *browser_skips(JS),
 ]
 
 TRAIN = """%%hvd --batch-size 32

@@ -13,25 +13,19 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab import jupyterlab
+from lab import CHROMIUM, browser_skips, jupyterlab
 
 ROOT = Path(__file__).resolve().parents[1]
 JS = ROOT / "widgets-js"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "live_view_notebook7"
 
 pytestmark = [
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium: apt-get install -y chromium"),
-    pytest.mark.skipif(
-        not (JS / "node_modules" / "playwright-core").exists() or not shutil.which("node"),
-        reason="needs node and playwright-core: cd widgets-js && npm install",
-    ),
+    *browser_skips(JS),
     pytest.mark.skipif(
         importlib.util.find_spec("notebook") is None, reason="needs Notebook 7: pip install 'notebook>=7.2,<8'"
     ),
