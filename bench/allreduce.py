@@ -1,6 +1,6 @@
 """Allreduce inside the pool vs under plain mpirun vs raw mpi4py, 4 KB to 64 MB: latency and bus bandwidth.
 
-    python bench/allreduce.py [--iters 20]
+    python bench/allreduce.py [--iters 20] [--start-args '--env OMPI_MCA_mpi_yield_when_idle=0']
 
 Bus bandwidth uses NCCL's convention for allreduce: bytes * 2 (n-1)/n / time.
 """
@@ -58,13 +58,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--start-args", default="", help="more %%hvd_start options, e.g. '--cycle-time 2'")
     args = parser.parse_args()
     setup_env()
     body = MEASURE.replace("SIZES", repr(SIZES)).replace("ITERS", str(args.iters))
     k = Kernel()
     try:
         k.run("%load_ext jupyter_hvd")
-        assert k.run(f"%hvd_start -np {args.np}", timeout=300).status == "ok"
+        assert k.run(f"%hvd_start -np {args.np} {args.start_args}", timeout=300).status == "ok"
         r = k.run("%%hvd --no-plot\n" + body, timeout=600)
         assert r.status == "ok", r.error_text
         pool = result_of(r.stdout)

@@ -1,7 +1,7 @@
 """The training workload shared by the notebook cell and the mpirun script: same model, data and loop.
 
-The body runs with `hvd`, `torch`, `rank`, `size` defined (as in a %%hvd cell). It prints one line
-`RESULT {...}` on rank 0 with samples/s measured after a warm-up, between two barriers.
+The body runs with `hvd`, `torch`, `rank`, `size` defined (as in a %%hvd cell). Each timed window prints one
+line `RESULT {...}` on rank 0 with samples/s measured after a warm-up, between two barriers.
 """
 
 SETUP = """
@@ -43,16 +43,26 @@ if rank == 0:
 """
 
 
-def cell(steps: int, print_every: int) -> str:
-    """The workload as the body of a %%hvd cell."""
-    return SETUP + TRAIN.replace("STEPS", str(steps)).replace("PRINT_EVERY", str(print_every))
+def window(steps: int, print_every: int) -> str:
+    """One timed window of training, as the body of a %%hvd cell (after SETUP ran in an earlier cell)."""
+    return TRAIN.replace("STEPS", str(steps)).replace("PRINT_EVERY", str(print_every))
 
 
-def script(steps: int, print_every: int) -> str:
-    """The workload as a stand-alone script for `mpirun -np N python script.py`."""
+def script(steps: int, print_every: int, windows: int) -> str:
+    """The workload as a script for `mpirun -np N python script.py`: set up once, then `windows` timed windows.
+
+    Before each window rank 0 waits for a line on stdin, so a benchmark can interleave the script's windows with
+    a notebook's cells while both sets of processes stay alive (it suspends whichever is not being timed).
+    """
     head = (
-        "from mpi4py import MPI\nimport torch\nimport horovod.torch as hvd\nhvd.init()\n"
+        "import sys\nfrom mpi4py import MPI\nimport torch\nimport horovod.torch as hvd\nhvd.init()\n"
         "rank, size = hvd.rank(), hvd.size()\n"
         "import os\ntorch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // hvd.local_size()))\n"
     )
-    return head + cell(steps, print_every)
+    body = "\n".join("    " + line for line in window(steps, print_every).strip().splitlines())
+    loop = (
+        f"for w in range({windows}):\n"
+        "    if rank == 0:\n        sys.stdin.readline()\n"
+        "    hvd.allreduce(torch.zeros(1), name=f'bench.go.{w}')\n" + body + "\n"
+    )
+    return head + SETUP + loop

