@@ -28,6 +28,16 @@ def test_rank0_output_streams_while_the_cell_runs(kernel):
     assert r.finished - first > 1.5, (r.finished - first, r.streams)
 
 
+def test_the_kernel_does_not_import_torch(kernel):
+    # torch lives on the ranks; importing it into the kernel cost 2 s of a 5 s %hvd_start (and 300 MB of memory).
+    start_pool(kernel)
+    r = kernel.run("%%hvd\nx = torch.ones(2) * rank\nx.sum().item()")
+    assert r.status == "ok", r.error_text
+    r = kernel.run("import sys\nprint('torch' in sys.modules)")
+    assert r.status == "ok", r.error_text
+    assert r.stdout.strip().splitlines()[-1] == "False"
+
+
 def test_stderr_and_errors_reach_the_notebook(kernel):
     start_pool(kernel)
     r = kernel.run("%%hvd\nimport sys\nprint('careful', file=sys.stderr)\nraise KeyError('missing')")

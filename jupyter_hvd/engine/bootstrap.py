@@ -64,6 +64,7 @@ def start(env: dict[str, str], device: str) -> dict[str, Any]:
         "device": dev_name,
         "controller": "MPI" if hvd.mpi_enabled() else "Gloo",
         "tensor_ops": tensor_ops,
-        "torch": torch.__version__,
+        # A plain str: torch's own version type would make the kernel import torch to unpickle this row (2 s).
+        "torch": str(torch.__version__),
         "cuda": bool(dev.type == "cuda"),
     }
