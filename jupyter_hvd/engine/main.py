@@ -13,7 +13,13 @@ import threading
 
 def _preload() -> None:
     try:
-        import horovod.torch  # noqa: F401  (imports torch too)
+        import horovod.torch as hvd  # (imports torch too)
+
+        # The pool's environment (Horovod's settings, the user's --env) came with the launch: MPI and Horovod can
+        # start now, while the engine registers, instead of after it.
+        from mpi4py import MPI  # noqa: F401
+
+        hvd.init()
     except Exception:
         pass  # the bootstrap imports again and reports the error with its context
 

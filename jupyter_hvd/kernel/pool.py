@@ -283,7 +283,7 @@ class Pool:
         # CPU ranks may outnumber cores (a laptop): allowed, with fewer threads each; GPUs only when asked.
         if opts.oversubscribe or (not gpus and opts.np > cores and not opts.multi_host()):
             mpi_args += ["--map-by", ":OVERSUBSCRIBE"]
-        env = self._launch_env()
+        env = {**self._launch_env(), **opts.horovod_env()}
         assert self.cluster is not None
         if opts.multi_host():
             ip = self.cluster.controller_ip
