@@ -77,7 +77,9 @@ def test_updates_are_coalesced_and_carry_every_point_and_line_once(capsys: pytes
     from jupyter_hvd.widgets.live_view import UPDATES_PER_S, LiveView
 
     view = LiveView(ranks=2, show_ranks=[0], log_lines=100_000, plots=["loss"])
+    view.show()
     sent: list[tuple[float, dict[str, Any], list[bytes]]] = []
+    assert view.widget is not None
     view.widget.send = lambda content, buffers=None: sent.append((time.monotonic(), content, buffers or []))
     t0 = time.monotonic()
     for i in range(3000):
@@ -332,6 +334,15 @@ def test_a_failed_cell_ends_the_view_as_stopped_and_shows_the_error(live: LiveKe
     assert "stopped (error or interrupt)" in static["text/plain"]
 
 
+def test_a_quick_silent_cell_shows_no_view_and_a_long_one_does(live: LiveKernel) -> None:
+    quick = live.run("%%hvd\nimport torch\nmodel = torch.nn.Linear(4, 2)")
+    assert not quick.of("comm_open") and not quick.of("display_data") and not quick.errors
+    slow = live.run("%%hvd\nimport time\ntime.sleep(1.6)")
+    opened = min(t for t, _ in slow.of("comm_open"))  # the widget (and its ipywidgets layout)
+    assert slow.ended - opened > 0.3  # shown while the cell still ran, not at its end
+    assert slow.updates[-1][1]["status"]["state"] == "done"
+
+
 def test_a_view_opened_later_gets_everything_in_one_update(live: LiveKernel) -> None:
     run = live.run(TRAIN.format(options="", steps=40, average=""))
     (opened,) = [m for _, m in run.of("comm_open") if m["content"]["target_name"] == "jupyter.widget"][-1:]
@@ -375,6 +386,8 @@ def test_a_metrics_bug_never_stops_the_log(monkeypatch: pytest.MonkeyPatch, caps
 
     monkeypatch.setattr(live_view, "parse_line", broken)
     view = live_view.LiveView(ranks=2, show_ranks=[0, 1], log_lines=100, plots=["loss"])
+    view.show()
+    assert view.widget is not None
     view.widget.send = lambda content, buffers=None: None
     view.output(0, "stdout", "loss=1\nloss=2\n")
     view.close(ok=True)

@@ -42,6 +42,8 @@ class LiveSink(Protocol):
 
     def metrics(self, rank: int, data: Any) -> None: ...
 
+    def tick(self) -> None: ...
+
     def close(self, ok: bool) -> None: ...
 
 
@@ -229,6 +231,8 @@ class CellRun:
             self._check_liveness()
         if self.reason is not None:
             self._advance_wind_down()
+        if self.options.live is not None:
+            self.options.live.tick()
 
     def _handle(self, ev: tuple[Any, ...]) -> None:
         kind, rank = ev[0], ev[1]

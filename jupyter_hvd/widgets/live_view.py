@@ -26,6 +26,7 @@ from .log import LogBuffer, LogDelta
 from .static_plot import fallback_bundle
 
 UPDATES_PER_S = 20.0
+SHOW_AFTER_S = 1.0  # a cell with no output and no metrics shows its view after this long
 STATIC_LOG_LINES = 40  # log lines kept in the static copy saved with the notebook
 STATIC = Path(__file__).parent / "static"
 
@@ -64,12 +65,24 @@ class LiveView:
         self.ended: float | None = None  # the elapsed time stops with the cell (a later full copy must agree)
         self.state = "running"
         self.seq = 0
-        self.widget = TrainingView(view_id=uuid.uuid4().hex, plots=plots, log_lines=log_lines)
-        self.widget.on_msg(self._on_front_end_msg)
+        self.log_lines = log_lines
+        self.widget: TrainingView | None = None
         self._lock = threading.Lock()
         self._dirty = threading.Event()
         self._closed = False
         self._noted = False
+        self._thread: threading.Thread | None = None
+
+    def show(self) -> None:
+        """Display the widget and start sending updates (what arrived before is sent in the first update).
+
+        Called at the first output or metric, or once the cell has run for SHOW_AFTER_S: a quick silent cell
+        (defining a model, say) shows nothing, as a plain cell would, and costs no widget (about 9 ms).
+        """
+        if self.widget is not None:
+            return
+        self.widget = TrainingView(view_id=uuid.uuid4().hex, plots=self.plots, log_lines=self.log_lines)
+        self.widget.on_msg(self._on_front_end_msg)
         display(self.widget)
         self._thread = threading.Thread(target=self._flush_loop, name="jupyter-hvd-live-view", daemon=True)
         self._thread.start()
@@ -78,6 +91,7 @@ class LiveView:
 
     def output(self, rank: int, name: str, text: str) -> None:
         """Output text of a shown rank: into the log; rank 0's finished lines are also read for metrics."""
+        self.show()
         with self._lock:
             finished = self.log.feed(rank, name, text)
             if rank == self.parse_rank:
@@ -93,12 +107,18 @@ class LiveView:
 
     def metrics(self, rank: int, data: Any) -> None:
         """A batch of `report()` records from `rank`."""
+        self.show()
         with self._lock:
             try:
                 self.curves.add_reports(rank, data)
             except Exception as exc:
                 self._note(f"report() values from rank {rank} could not be plotted ({type(exc).__name__}: {exc})")
         self._dirty.set()
+
+    def tick(self) -> None:
+        """Called by the cell runner while the cell runs: a silent cell gets its view once it runs a while."""
+        if self.widget is None and time.time() - self.started >= SHOW_AFTER_S:
+            self.show()
 
     def _note(self, text: str) -> None:
         # Said once per cell, in the log, where the user is looking.
@@ -109,6 +129,8 @@ class LiveView:
     def close(self, ok: bool) -> None:
         """The cell ended (ok False: error, interrupt or restart): last update, then the static copy."""
         self._closed = True
+        if self.widget is None or self._thread is None:
+            return  # a quick silent cell: nothing to show
         self._dirty.set()
         self._thread.join(timeout=2.0)
         with self._lock:
@@ -200,6 +222,7 @@ class LiveView:
 
     def _send(self, update: tuple[dict[str, Any], list[bytes]]) -> None:
         content, buffers = update
+        assert self.widget is not None
         self.widget.send(content, buffers)
 
     def _on_front_end_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:

@@ -44,6 +44,9 @@ class TextView:
         """A batch of `report()` records from `rank`."""
         self.curves.add_reports(rank, data)
 
+    def tick(self) -> None:
+        """Nothing to do while the cell runs: text is written as it arrives."""
+
     def close(self, ok: bool) -> None:
         """Flush the text; show the final curves once, if there are any."""
         self.router.close()
