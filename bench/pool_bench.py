@@ -61,42 +61,23 @@ def warm_loop(round_trips: int) -> tuple[list[dict], dict]:
     try:
         k.run("%load_ext jupyter_hvd")
         assert k.run("%hvd_start -np 2", timeout=300).status == "ok"
-        views = (
+
+        def round_trips_of(code: str, label: str) -> None:
+            k.run(code)  # warm-up
+            s = summary([(r.finished - r.started) for r in (k.run(code) for _ in range(round_trips))])
+            rows.append({"what": label, "median_ms": s["median"] * 1e3, "p95_ms": s["p95"] * 1e3, "n": s["n"]})
+
+        for view, flags, label in (
             ("text", "--no-plot", "empty %%hvd cell, --no-plot, text view (headless runs)"),
             ("widget", "", "empty %%hvd cell, live view widget (as in JupyterLab)"),
-        )
-        for view, flags, label in views:
+        ):
             # This client draws no widgets: ask for the widget the notebook front ends get.
             k.run(f"import os\nos.environ['JUPYTER_HVD_LIVE_VIEW'] = '{view}'")
-            k.run(f"%%hvd {flags}\npass")  # warm-up
-            times = []
-            for _ in range(round_trips):
-                r = k.run(f"%%hvd {flags}\npass")
-                times.append(r.finished - r.started)
-            s = summary(times)
-            rows.append({"what": label, "median_ms": s["median"] * 1e3, "p95_ms": s["p95"] * 1e3, "n": s["n"]})
+            round_trips_of(f"%%hvd {flags}\npass", label)
         # ipyparallel's own magic on the same engines: the reference the targets were set against.
         k.run("from jupyter_hvd.kernel import pool\npool.current().client[pool.current().engine_ids()].activate()")
-        px = [k.run("%%px --stream\npass") for _ in range(round_trips)]
-        s = summary([r.finished - r.started for r in px])
-        rows.append(
-            {
-                "what": "ipyparallel `%%px --stream pass`, same engines (reference)",
-                "median_ms": s["median"] * 1e3,
-                "p95_ms": s["p95"] * 1e3,
-                "n": s["n"],
-            }
-        )
-        plain = [k.run("pass") for _ in range(round_trips)]
-        s = summary([r.finished - r.started for r in plain])
-        rows.append(
-            {
-                "what": "plain kernel cell `pass` (reference)",
-                "median_ms": s["median"] * 1e3,
-                "p95_ms": s["p95"] * 1e3,
-                "n": s["n"],
-            }
-        )
+        round_trips_of("%%px --stream\npass", "ipyparallel `%%px --stream pass`, same engines (reference)")
+        round_trips_of("pass", "plain kernel cell `pass` (reference)")
         k.run("os.environ['JUPYTER_HVD_LIVE_VIEW'] = 'text'")  # the streamed line marks the first step
         # The first training step ever in a pool pays torch's one-time costs (about 2 s here): not an edit-run loop.
         k.run("%%hvd --no-plot\n" + TINY_STEP)
