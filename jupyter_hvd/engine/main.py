@@ -1,14 +1,17 @@
-"""Engine entry point: ipyparallel's engine, with torch and Horovod imported in a background thread meanwhile.
+"""Engine entry point: ipyparallel's engine, with torch and Horovod imported and started in a background thread.
 
 Importing torch and horovod.torch takes seconds; doing it while the engine starts and registers (instead of
 after, in the bootstrap) cuts that time from `%hvd_start`. The bootstrap's own imports then find the modules
 loaded, or wait for the thread's import to finish: an import failure is still reported by the bootstrap.
+A local pool's engines are launched before the controller is ready; they wait here for its connection file.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+import time
 
 
 def _preload() -> None:
@@ -24,6 +27,27 @@ def _preload() -> None:
         pass  # the bootstrap imports again and reports the error with its context
 
 
+def _wait_for_controller(path: str, timeout: float) -> None:
+    """Hand the controller's connection file to ipyparallel's engine as $IPP_CONNECTION_INFO, once it is complete.
+
+    A local pool launches its engines while the controller is still starting, so the file may not exist yet, or be
+    half written: wait for valid JSON (ipyparallel's own wait would read a half-written file and fail).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(path) as f:
+                text = f.read()
+            json.loads(text)
+        except (OSError, ValueError):
+            if time.monotonic() > deadline:
+                return  # ipyparallel's engine then says which file never arrived
+            time.sleep(0.02)
+            continue
+        os.environ["IPP_CONNECTION_INFO"] = text
+        return
+
+
 def main() -> None:
     """Start the preload thread, then run ipyparallel's engine with the given command line."""
     # ipykernel stops forwarding C-level output (Horovod's stall and error reports on fd 2) when it sees this
@@ -31,6 +55,11 @@ def main() -> None:
     os.environ.pop("PYTEST_CURRENT_TEST", None)
     threading.Thread(target=_preload, name="jupyter-hvd preload", daemon=True).start()
     from ipyparallel.engine.app import main as engine_main
+
+    connection_file = os.environ.pop("JUPYTER_HVD_CONNECTION_FILE", "")
+    wait_s = float(os.environ.pop("JUPYTER_HVD_CONNECTION_WAIT_S", "60"))
+    if connection_file and not os.environ.get("IPP_CONNECTION_INFO"):
+        _wait_for_controller(connection_file, wait_s)
 
     engine_main()
 
