@@ -13,8 +13,11 @@ echo "== build the wheel (the labextension is built into it; node is allowed her
 rm -rf "$WORK/dist"
 PATH="$(dirname "$PY"):$PATH" "$PY" -m pip wheel --no-deps --no-build-isolation -q -w "$WORK/dist" "$ROOT"
 WHEEL="$(ls "$WORK"/dist/jupyter_hvd-*.whl)"
-unzip -l "$WHEEL" | grep -q "share/jupyter/labextensions/jupyter-hvd/package.json"
-unzip -l "$WHEEL" | grep -q "etc/jupyter/jupyter_server_config.d/jupyter_hvd.json"
+# The listing goes to a file: `unzip -l | grep -q` under pipefail fails with SIGPIPE (141) whenever grep finds its
+# line before unzip has written the rest.
+unzip -l "$WHEEL" > "$WORK/wheel-files.txt"
+grep -q "share/jupyter/labextensions/jupyter-hvd/package.json" "$WORK/wheel-files.txt"
+grep -q "etc/jupyter/jupyter_server_config.d/jupyter_hvd.json" "$WORK/wheel-files.txt"
 echo "   $WHEEL holds the labextension and the server config"
 
 echo "== install it where node is hidden"

@@ -28,7 +28,8 @@ pip() {
   return $rc
 }
 
-has_gpu() { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }
+# grep without -q: under pipefail an early exit of grep would fail nvidia-smi with SIGPIPE.
+has_gpu() { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep GPU >/dev/null; }
 
 # torch: keep a CUDA build that is already there; otherwise the CPU build (never pull a CUDA build into CI).
 if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
