@@ -108,12 +108,11 @@ def test_updates_are_coalesced_and_carry_every_point_and_line_once(capsys: pytes
 
 
 def test_report_batches_records_off_the_training_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ipyparallel.datapub
-
+    from jupyter_hvd.engine import channel
     from jupyter_hvd.engine import report as engine_report
 
     published: list[list[dict[str, Any]]] = []
-    monkeypatch.setattr(ipyparallel.datapub, "publish_data", lambda data: published.append(data[METRICS_KEY]))
+    monkeypatch.setattr(channel, "send_metrics", published.append)
     t0 = time.monotonic()
     for step in range(300):
         engine_report.report(step=step, loss=1.0 / (step + 1), samples=4, acc=0.5)
@@ -131,16 +130,6 @@ def test_report_rejects_what_is_not_a_number() -> None:
 
     with pytest.raises(TypeError, match=r"report\(loss=...\) needs a number"):
         report(step=1, loss="low")
-
-
-METRICS_KEY = "jupyter_hvd.metrics"
-
-
-def test_engine_and_kernel_agree_on_the_metrics_key() -> None:
-    from jupyter_hvd.engine.report import METRICS_KEY as engine_key
-    from jupyter_hvd.kernel.cell import METRICS_KEY as kernel_key
-
-    assert engine_key == kernel_key == METRICS_KEY
 
 
 # ---- a real kernel and a real 2-rank pool ----------------------------------------------------------------------
@@ -404,12 +393,11 @@ def test_a_cuda_loss_is_read_on_the_publishing_thread(monkeypatch: pytest.Monkey
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU here")
-    import ipyparallel.datapub
-
+    from jupyter_hvd.engine import channel
     from jupyter_hvd.engine import report as engine_report
 
     published: list[Any] = []
-    monkeypatch.setattr(ipyparallel.datapub, "publish_data", lambda data: published.append(data[METRICS_KEY]))
+    monkeypatch.setattr(channel, "send_metrics", published.append)
     loss = torch.tensor(0.25, device="cuda")
     engine_report.report(step=0, loss=loss)
     assert engine_report._pending[-1]["m"]["loss"].is_cuda  # not synchronised in the training step

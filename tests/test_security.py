@@ -52,3 +52,26 @@ def test_messages_need_the_pool_key(pool, tmp_path):
     with pytest.raises((TimeoutError, OSError)):
         bad = ipp.Client(str(client_file(pool, tmp_path, "0" * 32)), timeout=5)
         bad.close()
+
+
+def test_the_cell_channel_listens_on_loopback_and_drops_what_the_pool_key_did_not_sign(ip, pool):
+    import zmq
+
+    from jupyter_hvd import wire
+
+    info = pool.channel.info()
+    assert info["requests"].startswith("tcp://127.0.0.1:") and info["events"].startswith("tcp://127.0.0.1:")
+    forger = zmq.Context.instance().socket(zmq.PUSH)
+    forger.setsockopt(zmq.LINGER, 0)
+    forger.connect(info["events"])
+    try:
+        # A fake "rank 0 finished, all fine" under another key, then a real one: only the real one arrives.
+        forger.send_multipart(wire.pack(os.urandom(32), ("done", 0, 1, {"ok": True})))
+        forger.send_multipart([b"not", b"signed", b"at all"])
+        forger.send_multipart(wire.pack(pool.channel.key, ("pong", 0, -1)))
+        assert pool.channel.receive(10) == ("pong", 0, -1)
+    finally:
+        forger.close()
+    ip.run_cell_magic("hvd", "", "after_forgery = rank + 10")  # the pool still runs cells
+    ip.run_line_magic("hvd_pull", "after_forgery --rank 1")
+    assert ip.user_ns["after_forgery"] == 11

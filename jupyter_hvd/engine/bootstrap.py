@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from typing import Any
 
 
-def start(env: dict[str, str], device: str) -> dict[str, Any]:
-    """Initialise MPI and Horovod on this engine, pin it to its device, fill the user namespace.
+def start(env: dict[str, str], device: str, channel_info: dict[str, Any]) -> dict[str, Any]:
+    """Initialise MPI and Horovod on this engine, pin it to its device, fill the user namespace, and open the
+    cell channel to the kernel.
 
     `env` is applied before torch and Horovod read it (Horovod tuning knobs, the user's `--env`).
     `device` is "auto" (GPU `local_rank` when CUDA is present, else CPU) or "cpu".
+    `channel_info` says where the kernel's cell channel listens, and its key (kernel/channel.py).
     Returns this rank's row of the pool table.
     """
     os.environ.update(env)
@@ -45,15 +46,13 @@ def start(env: dict[str, str], device: str) -> dict[str, Any]:
         dev_name = f"cpu ({threads} thread{'s' if threads > 1 else ''})"
         tensor_ops = "Gloo" if os.environ.get("HOROVOD_CPU_OPERATIONS", "").lower() == "gloo" else "MPI"
 
-    # ipykernel sends engine output every 0.2 s; a live log wants it sooner (the engine caps a flood anyway).
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "flush_interval"):
-            stream.flush_interval = 0.05
-
     from IPython import get_ipython
 
     shell = get_ipython()
     shell.user_ns.update(hvd=hvd, torch=torch, rank=hvd.rank(), size=hvd.size(), local_rank=local_rank, device=dev)
+    from . import channel
+
+    channel.connect(channel_info, hvd.rank())
     return {
         "rank": hvd.rank(),
         "size": hvd.size(),

@@ -12,7 +12,6 @@ import threading
 import time
 from typing import Any
 
-METRICS_KEY = "jupyter_hvd.metrics"  # the same datapub key the kernel's cell runner listens on
 PUBLISH_HZ = 20.0
 
 _pending: list[dict[str, Any]] = []
@@ -103,9 +102,9 @@ def _publish() -> int:
         for name, value in record["m"].items():
             if not isinstance(value, float):
                 record["m"][name] = float(value.item())
-    from ipyparallel.datapub import publish_data
+    from . import channel
 
-    publish_data({METRICS_KEY: batch})
+    channel.send_metrics(batch)
     return len(batch)
 
 
@@ -119,7 +118,7 @@ def _publisher() -> None:
             with _lock:
                 _publish()
         except Exception:
-            # Outside a cell (no parent message) or while the engine shuts down: the records are dropped.
+            # A metric that cannot be read, or the engine shuts down: the records are dropped.
             _pending.clear()
 
 

@@ -11,7 +11,6 @@ import io
 import linecache
 import pickle
 import sys
-import threading
 import time
 import traceback
 from collections import deque
@@ -62,7 +61,7 @@ class CellStream(io.TextIOBase):
 
     def flush(self) -> None:
         if self._show:
-            send_soon(self._target)
+            self._target.flush()
 
     def isatty(self) -> bool:
         return False
@@ -78,20 +77,6 @@ class CellStream(io.TextIOBase):
             self._target.flush()
 
 
-def send_soon(stream: Any) -> None:
-    """Have ipykernel's IO thread send what `stream` holds now, without waiting until it has.
-
-    ipykernel's own flush() waits for its IO thread. Training loops print with flush=True at every step, and while
-    the ranks keep the cores busy that wait cost about 1.4 ms a step, 2-3% of the throughput. The engine still waits
-    for every byte to be sent once, at the end of the cell.
-    """
-    pub, send = getattr(stream, "pub_thread", None), getattr(stream, "_flush", None)
-    if pub is None or send is None or getattr(pub, "thread", None) in (None, threading.current_thread()):
-        stream.flush()
-    else:
-        pub.schedule(send)
-
-
 def _split_last_expression(src: str, filename: str) -> tuple[Any, Any]:
     """Compile a cell like IPython does: the value of a trailing expression is the cell's result."""
     tree = ast.parse(src, filename=filename)
@@ -102,12 +87,12 @@ def _split_last_expression(src: str, filename: str) -> tuple[Any, Any]:
     return body, (compile(last, filename, "eval") if last is not None else None)
 
 
-def _picklable(value: Any) -> Any:
+def _pickled(value: Any) -> bytes:
+    """The cell's value as the kernel unpickles it; its repr where it cannot be pickled."""
     try:
-        pickle.dumps(value)
-        return value
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
-        return _Repr(repr(value))
+        return pickle.dumps(_Repr(repr(value)))
 
 
 class _Repr(str):
@@ -117,11 +102,12 @@ class _Repr(str):
         return str(self)
 
 
-def run_cell(src: str, filename: str, show_output: bool, max_lines: int) -> dict[str, Any]:
+def run_cell(src: str, filename: str, show_output: bool, max_lines: int, stdout: Any, stderr: Any) -> dict[str, Any]:
     """Execute `src` in the engine's user namespace and return a small record of how it ended.
 
-    Exceptions are caught and returned (not raised) so the kernel learns of a failure on one rank at once,
-    while other ranks may still be running or waiting in a collective.
+    `stdout`/`stderr` receive the cell's output (up to `max_lines`, and only when `show_output`). Exceptions are
+    caught and returned (not raised) so the kernel learns of a failure on one rank at once, while other ranks may
+    still be running or waiting in a collective. A value of the last expression (rank 0) comes pickled.
     """
     from IPython import get_ipython
 
@@ -129,8 +115,8 @@ def run_cell(src: str, filename: str, show_output: bool, max_lines: int) -> dict
     rank = ns.get("rank", -1)
     # Tracebacks show the cell's lines, as they do for a local cell.
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    out = CellStream(sys.stdout, show_output, max_lines)
-    err = CellStream(sys.stderr, show_output, max_lines)
+    out = CellStream(stdout, show_output, max_lines)
+    err = CellStream(stderr, show_output, max_lines)
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
     t0 = time.perf_counter()
@@ -142,7 +128,7 @@ def run_cell(src: str, filename: str, show_output: bool, max_lines: int) -> dict
         if last is not None:
             value = eval(last, ns)
             if value is not None and rank == 0:
-                record["value"] = _picklable(value)
+                record["value"] = _pickled(value)
     except BaseException as exc:
         record["ok"] = False
         record["error"] = describe_exception(exc)

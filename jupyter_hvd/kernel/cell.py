@@ -1,7 +1,8 @@
 """Runs a `%%hvd` cell on every rank: live output, one report per distinct error, and a wind-down that never hangs.
 
-The kernel's main thread waits on one queue that ipyparallel's IO thread feeds (output, replies): no polling
-loop with sleeps, and a Ctrl-C lands here as KeyboardInterrupt.
+The cell goes to the ranks on the pool's cell channel (kernel/channel.py), and the kernel's main thread waits on
+that channel's events (output, metrics, ends): no polling loop with sleeps, and a Ctrl-C lands here as
+KeyboardInterrupt. A rank's output always arrives before its end, so a finished cell has all of its output.
 
 When a cell fails on some rank (or the user interrupts), the other ranks may be blocked in a collective that
 will never complete. The wind-down releases them the Horovod way: every rank is asked to `hvd.join()` once its
@@ -13,23 +14,21 @@ short grace get SIGINT. When every rank has joined, the pool is healthy again. I
 from __future__ import annotations
 
 import itertools
-import queue
+import pickle
 import re
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import ipyparallel as ipp
 from IPython.display import display, publish_display_data
 
-from ..engine import runner
 from ..metrics import parse_line
+from .channel import ChannelError
 from .errors import CellFailed, group_errors
 from .pool import Pool
 from .ranks import format_ranks
 
-METRICS_KEY = "jupyter_hvd.metrics"  # the datapub key under which engines publish metric batches
 GRACE_S = 1.0  # after a first error, how long other ranks may take to end (or raise the same error) by themselves
 TICK_S = 0.25  # liveness checks while waiting: engine processes, mpiexec
 _cell_numbers = itertools.count(1)
@@ -89,12 +88,10 @@ class OutputRouter:
 @dataclass
 class _RankRun:
     rank: int
-    ar: Any
     state: str = "running"  # running | ok | error | stopped | dead
     record: dict[str, Any] | None = None
-    idle: bool = False
     signaled_at: float | None = None
-    join: Any = None
+    join_sent: bool = False
     joined: bool = False
     ended_after_failure: bool = False  # finished normally, but after another rank had failed
 
@@ -106,8 +103,8 @@ class CellRun:
         self.pool = pool
         self.source = source
         self.options = options
-        self.filename = f"<hvd-cell-{next(_cell_numbers)}>"
-        self.events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.number = next(_cell_numbers)  # events of this cell carry it; earlier cells' late events are dropped
+        self.filename = f"<hvd-cell-{self.number}>"
         self.router = OutputRouter(options.show_ranks)
         self.runs: dict[int, _RankRun] = {}
         self.failed_at: float | None = None
@@ -116,49 +113,24 @@ class CellRun:
         self.last_lines: dict[int, str] = {}
         self._next_liveness_check = time.monotonic() + TICK_S
         self._stderr_tail = ""  # recent stderr of the shown ranks, where Horovod's stall report lands
-        self._output_deadline: float | None = None  # how long a finished cell waits for its trailing output
         self.unclean_join: str | None = None  # set when a rank's join left Horovod unfit for the next cell
         self.lost: str | None = None  # what happened to the pool, when it had to be restarted or was stopped
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
     def _submit(self) -> None:
-        client = self.pool.client
-        assert client is not None
+        channel = self.pool.channel
+        assert channel is not None
+        channel.drain()
         for r in self.pool.ranks:
-            ar = client[r.engine_id].apply_async(
-                runner.run_cell,
-                self.source,
-                self.filename,
-                r.rank in self.options.show_ranks,
-                self.options.log_lines,
-            )
-            self._watch(r.rank, ar)
-            self.runs[r.rank] = _RankRun(r.rank, ar)
-
-    def _watch(self, rank: int, ar: Any) -> None:
-        # ipyparallel runs iopub callbacks on its IO thread; they only enqueue, the main thread does the rest.
-        msg_future = ar._children[0]
-        put = self.events.put
-
-        def on_iopub(msg: dict[str, Any]) -> None:
-            kind = msg["header"]["msg_type"]
-            if kind == "stream":
-                put(("stream", rank, msg["content"]["name"], msg["content"]["text"]))
-            elif kind == "display_data":
-                put(("display", rank, msg["content"]))
-            elif kind == "data_message":
-                # datapub keeps only the latest value per key; read it now, on the IO thread, before the next one.
-                put(("data", rank, msg_future.output.metadata["data"].get(METRICS_KEY)))
-
-        msg_future.iopub_callbacks.append(on_iopub)
-        ar.add_done_callback(lambda _f: put(("done", rank)))
-        msg_future.output.add_done_callback(lambda _f: put(("idle", rank)))
-        # Output that arrived before the callback was registered is in the metadata already.
-        md = msg_future.output.metadata
-        for name in ("stdout", "stderr"):
-            if md.get(name):
-                put(("stream", rank, name, md[name]))
+            self.runs[r.rank] = _RankRun(r.rank)
+        try:
+            for r in self.pool.ranks:
+                show = r.rank in self.options.show_ranks
+                channel.send(r.rank, ("cell", self.number, self.source, self.filename, show, self.options.log_lines))
+        except ChannelError as exc:
+            self._check_liveness()
+            raise _PoolLost(f"the cell could not be sent: {exc}") from None
 
     # ---- the wait loop -------------------------------------------------------------------------------------
 
@@ -168,7 +140,6 @@ class CellRun:
             first_line = next((ln for ln in self.source.splitlines() if ln.strip()), "")
             self.pool.set_state("running", first_line[:120])
             try:
-                self._submit()
                 self._loop()
             finally:
                 self.router.close()
@@ -199,6 +170,11 @@ class CellRun:
             self.lost = "The pool was stopped from the sidebar; start a new one with %hvd_start -np N."
 
     def _loop(self) -> None:
+        try:
+            self._submit()
+        except _PoolLost as lost:
+            self._restart(str(lost))
+            return
         interrupts = 0
         while True:
             try:
@@ -216,16 +192,12 @@ class CellRun:
                 return
 
     def _step(self) -> None:
-        try:
-            ev = self.events.get(timeout=TICK_S)
-        except queue.Empty:
-            ev = None
+        channel = self.pool.channel
+        assert channel is not None
+        ev = channel.receive(TICK_S)
         while ev is not None:
             self._handle(ev)
-            try:
-                ev = self.events.get_nowait()
-            except queue.Empty:
-                ev = None
+            ev = channel.receive(0)
         if time.monotonic() >= self._next_liveness_check:  # psutil per rank: not on every event
             self._next_liveness_check = time.monotonic() + TICK_S
             self._check_liveness()
@@ -235,36 +207,33 @@ class CellRun:
             self.options.live.tick()
 
     def _handle(self, ev: tuple[Any, ...]) -> None:
-        kind, rank = ev[0], ev[1]
+        kind, rank, cell = ev[0], ev[1], ev[2]
         run = self.runs.get(rank)
+        if cell != self.number or run is None:
+            return  # a late event of an earlier cell, or of an engine that is no longer in the pool
         if kind == "stream":
-            self._note_last_line(rank, ev[3])
-            if ev[2] == "stderr":
+            name, text = ev[3], ev[4]
+            self._note_last_line(rank, text)
+            if name == "stderr":
                 # The stall report may arrive split over several chunks: look at the recent stderr as a whole.
-                self._stderr_tail = (self._stderr_tail + ev[3])[-8000:]
+                self._stderr_tail = (self._stderr_tail + text)[-8000:]
                 if "Missing ranks:" in self._stderr_tail:
                     self._note_stall(self._stderr_tail)
             if self.options.live is not None:
-                self.options.live.output(rank, ev[2], ev[3])
+                self.options.live.output(rank, name, text)
             else:
-                self.router.feed(rank, ev[2], ev[3])
-        elif kind == "data" and ev[2] is not None:
-            self._note_progress(rank, ev[2])
+                self.router.feed(rank, name, text)
+        elif kind == "data":
+            self._note_progress(rank, ev[3])
             if self.options.live is not None:
-                self.options.live.metrics(rank, ev[2])
+                self.options.live.metrics(rank, ev[3])
         elif kind == "display" and rank == self.options.show_ranks[0]:
-            publish_display_data(ev[2].get("data", {}), ev[2].get("metadata", {}))
-        elif kind == "idle" and run is not None:
-            run.idle = True
-        elif kind == "done" and run is not None and run.state == "running":
-            self._finished(run)
-        elif kind == "joined" and run is not None:
+            publish_display_data(ev[3].get("data", {}), ev[3].get("metadata", {}))
+        elif kind == "done" and run.state == "running":
+            self._finished(run, ev[3])
+        elif kind == "joined":
             run.joined = True
-            try:
-                result = run.join.get(timeout=0)
-            except Exception as exc:
-                self._check_liveness()
-                raise _PoolLost(f"rank {rank} could not leave Horovod's collectives ({exc})") from None
+            result = ev[3]
             if not result.get("ok") or result.get("in_flight"):
                 self.unclean_join = (
                     f"rank {rank} still had {result.get('in_flight', '?')} Horovod operations in flight after "
@@ -311,18 +280,7 @@ class CellRun:
         if stats:
             self.pool.update_rank_stats({rank: stats}, publish=False)
 
-    def _finished(self, run: _RankRun) -> None:
-        try:
-            record = run.ar.get(timeout=0)
-        except ipp.error.RemoteError as exc:
-            if exc.ename != "KeyboardInterrupt":  # the engine itself failed (it died, or was unregistered)
-                self._check_liveness()
-                raise _PoolLost(f"rank {run.rank}'s engine failed ({exc.ename}: {exc.evalue})") from None
-            # A SIGINT that reached the engine just outside the cell: same as an interrupted cell.
-            record = {"rank": run.rank, "ok": False, "error": {"ename": exc.ename, "evalue": ""}}
-        except Exception as exc:
-            self._check_liveness()
-            raise _PoolLost(f"rank {run.rank}'s engine stopped answering ({exc})") from None
+    def _finished(self, run: _RankRun, record: dict[str, Any]) -> None:
         run.record = record
         if record.get("tail") and run.rank not in self.last_lines:
             self.last_lines[run.rank] = record["tail"][-1][-200:]
@@ -367,11 +325,19 @@ class CellRun:
         if not set(self.pool.engine_ids()) <= set(client.ids):
             self._check_liveness()
             raise _PoolLost("an engine left the pool")
+        channel = self.pool.channel
+        assert channel is not None
         for run in self.runs.values():
-            if run.join is None:
-                # Queued behind the rank's cell: it runs the moment that rank's cell ends.
-                run.join = client[self.pool.ranks[run.rank].engine_id].apply_async(runner.leave_collectives)
-                run.join.add_done_callback(lambda _f, r=run.rank: self.events.put(("joined", r)))
+            if not run.join_sent:
+                # Behind the rank's cell on the channel: it runs the moment that rank's cell ends.
+                try:
+                    channel.send(run.rank, ("join", self.number))
+                except ChannelError as exc:
+                    self._check_liveness()
+                    raise _PoolLost(
+                        f"rank {run.rank} could not be asked to leave Horovod's collectives: {exc}"
+                    ) from None
+                run.join_sent = True
         self._advance_wind_down()
 
     def _advance_wind_down(self) -> None:
@@ -402,13 +368,7 @@ class CellRun:
             if done and self.unclean_join:
                 raise _PoolLost(self.unclean_join)
             return done
-        # Success: wait briefly for the shown ranks' last output, which trails the reply.
-        shown = [self.runs[r] for r in self.options.show_ranks if r in self.runs]
-        if all(r.idle for r in shown):
-            return True
-        if self._output_deadline is None:
-            self._output_deadline = time.monotonic() + 2.0
-        return time.monotonic() > self._output_deadline
+        return True  # each rank's output came before its end
 
     def _restart(self, what: str) -> None:
         t0 = time.monotonic()
@@ -443,7 +403,7 @@ class CellRun:
         if lost is None and self.reason is None:
             value = self.runs[0].record.get("value") if self.runs and self.runs[0].record else None
             if value is not None:
-                display(value)
+                display(_unpickled(value))
             return None
         parts = []
         if errors:
@@ -469,6 +429,19 @@ class CellRun:
         else:
             hint = "The pool is ready for the next %%hvd cell."
         raise CellFailed("\n\n".join(parts), hint)
+
+
+def _unpickled(value: bytes) -> Any:
+    """Rank 0's cell value; where the kernel cannot import what it is made of, a note that says so."""
+    try:
+        return pickle.loads(value)
+    except Exception as exc:
+        return _Note(f"<rank 0's value could not be read in the notebook's kernel: {type(exc).__name__}: {exc}>")
+
+
+class _Note(str):
+    def __repr__(self) -> str:
+        return str(self)
 
 
 class _PoolLost(Exception):

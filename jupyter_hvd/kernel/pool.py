@@ -24,6 +24,7 @@ import psutil
 from .. import state
 from ..engine import bootstrap, idle
 from . import hosts, slurm
+from .channel import CellChannel, ChannelError
 from .errors import PoolError, group_errors
 from .ranks import format_ranks
 from .watcher import PoolWatcher
@@ -189,6 +190,7 @@ class Pool:
         self.cluster: ipp.Cluster | None = None
         self.client: ipp.Client | None = None
         self.view: ipp.DirectView | None = None
+        self.channel: CellChannel | None = None  # cells, joins and rests go to the ranks this way (kernel/channel.py)
         self.started_at = time.time()
         self.id = f"hvd-{os.getpid()}-{int(self.started_at * 1000) % 10**8}"
         self.state_file = state.pool_file(self.id)
@@ -269,6 +271,7 @@ class Pool:
             send_engines_connection_env=self.options.multi_host(),
         )
         self.cluster.start_controller_sync()
+        self.channel = CellChannel(self.cluster.controller_ip)
         self._write_state("starting")
 
     def controller_ip(self) -> str:
@@ -355,7 +358,9 @@ class Pool:
         assert self.client is not None
         ids = self.new_engine_ids()[: self.options.np]
         view = self.client[ids]
-        ar = view.apply_async(bootstrap.start, {**self.options.horovod_env(), **env}, device)
+        assert self.channel is not None
+        self.channel.new_generation()
+        ar = view.apply_async(bootstrap.start, {**self.options.horovod_env(), **env}, device, self.channel.info())
         try:
             rows = ar.get(timeout=self.options.timeout)
         except ipp.error.CompositeError as exc:
@@ -399,6 +404,13 @@ class Pool:
                 f"for {self.options.np} engines: the engines are not one MPI job.",
                 "Start the pool again with %hvd_restart.",
             )
+        missing = self.channel.wait_for_ranks(self.options.np, self.options.timeout)
+        if missing:
+            raise PoolError(
+                f"{format_ranks(missing)} did not connect to the kernel's cell channel "
+                f"({self.channel.info()['requests']}) within {self.options.timeout:g} s.",
+                "On several hosts, check that they can reach this address (or give it with --ip); then %hvd_restart.",
+            )
         self.view = self.client[[r.engine_id for r in self.ranks]]
         self.view.block = False
 
@@ -438,6 +450,9 @@ class Pool:
         self._kill_rank_processes()
         self.ranks = []
         self.view = None
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
         state.remove(self.state_file)
         if self._reaper is not None:
             # Closing the pipe tells the reaper we are done; it checks once more and exits.
@@ -669,13 +684,17 @@ class Pool:
         after = self.options.rest_after_s
         if after is None:
             after = REST_AFTER_GPU_S if any(r.device.startswith("cuda") for r in self.ranks) else REST_AFTER_CPU_S
-        if self.resting or not after or self.view is None or self._pool_state != "idle" or not self.can_rest():
+        if self.resting or not after or self.channel is None or self._pool_state != "idle" or not self.can_rest():
             return self.resting
         if time.monotonic() - self._idle_since < after or not self.lock.acquire(blocking=False):
             return False
         try:
-            if self._pool_state == "idle" and not self.resting:
-                self.view.apply_async(idle.rest)
+            if self._pool_state == "idle" and not self.resting and self.channel is not None:
+                try:
+                    for r in self.ranks:  # all ranks or none: the rest is collective (engine/idle.py)
+                        self.channel.send(r.rank, ("rest",))
+                except ChannelError:
+                    return False  # a dead rank: the next cell finds out and restarts the pool
                 self.resting = True
                 self._publish()
         finally:

@@ -204,6 +204,8 @@ def record(pool: Pool, requested_path: str, run: Callable[[], Any]) -> Any:
     path = trace_path(requested_path)
     engines = pool.engine_ids()
     with pool.lock:  # no rest request (engine/idle.py) may come between the start and the cell
+        if pool.channel is not None:
+            pool.channel.settle(len(pool.ranks))  # a rest sent on the channel is done before the start wakes Horovod
         pool.resting = False  # the start wakes Horovod where it rests
         _start(pool, path)
         try:

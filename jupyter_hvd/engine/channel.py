@@ -1,0 +1,212 @@
+"""The cell channel, engine side: the kernel's cells, joins and rests arrive here straight from the kernel, and all
+that a cell sends back (output, metrics, displays, how it ended) leaves in order on one socket.
+
+ipyparallel's path (kernel -> controller -> engine, replies and output back through the controller) took 15-19 ms
+for an empty cell on 2 ranks here; two sockets straight to the kernel take well under a millisecond. What is off a
+cell's hot path (the bootstrap, push/pull, timeline files) still goes through ipyparallel.
+
+Requests are handled on the engine's main thread, on ipykernel's event loop, one at a time, as ipyparallel's own
+requests are: a join or rest sent after a cell runs after it. Output and the cell's end share one socket, so the
+kernel has all of a cell's output when it learns the cell ended.
+
+Imported on the engines only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import zmq
+
+from .. import wire
+from . import idle, runner
+
+FLUSH_S = 0.05  # output written during a cell reaches the kernel within this
+_channel: Channel | None = None
+
+
+class Channel:
+    """This engine's end of the pool's cell channel (one per engine, made by `connect`)."""
+
+    def __init__(self, info: dict[str, Any], rank: int) -> None:
+        self.key = bytes.fromhex(info["key"])
+        self.rank = rank
+        self.cell: int | None = None  # the cell running now, if one is
+        ctx = zmq.Context.instance()
+        self._requests = ctx.socket(zmq.DEALER)
+        self._requests.setsockopt(zmq.IDENTITY, identity(info["generation"], rank))
+        self._requests.setsockopt(zmq.LINGER, 0)
+        self._requests.connect(info["requests"])
+        self._events = ctx.socket(zmq.PUSH)
+        self._events.setsockopt(zmq.LINGER, 2000)
+        self._events.connect(info["events"])
+        self._send_lock = threading.Lock()  # the events socket is shared by the main, flusher and metrics threads
+        self._output_lock = threading.Lock()  # queued output is taken by one sender at a time, in order
+        self._text: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self._wake = threading.Event()
+        threading.Thread(target=self._flush_loop, name="jupyter-hvd output", daemon=True).start()
+        self._route_native_output()
+        self._route_displays()
+        # The DEALER says hello itself: the kernel's ROUTER can address it from then on.
+        self._requests.send_multipart(wire.pack(self.key, ("hello", rank, os.getpid())))
+
+    def listen(self) -> None:
+        """Handle requests on this thread's event loop (ipykernel's main loop: call from the main thread)."""
+        from zmq.eventloop.zmqstream import ZMQStream
+
+        self._stream = ZMQStream(self._requests)
+        self._stream.on_recv(self._on_request)
+
+    # ---- requests ------------------------------------------------------------------------------------------
+
+    def _on_request(self, frames: list[bytes]) -> None:
+        message = wire.unpack(self.key, frames)
+        if message is None:  # not from this pool's kernel
+            return
+        kind = message[0]
+        if kind == "cell":
+            self._run_cell(*message[1:])
+        elif kind == "join":
+            self._join(message[1])
+        elif kind == "rest":
+            _interruptible(idle.rest)
+        elif kind == "ping":  # the kernel waits until the requests before this one were handled
+            self.send(("pong", self.rank, message[1]))
+
+    def _run_cell(self, cell: int, source: str, filename: str, show: bool, max_lines: int) -> None:
+        self.cell = cell
+        out = _CellText(self, "stdout")
+        err = _CellText(self, "stderr")
+        record = _interruptible(runner.run_cell, source, filename, show, max_lines, out, err)
+        record.setdefault("rank", self.rank)
+        self.send_output()
+        self.send(("done", self.rank, cell, record))
+        self.cell = None
+
+    def _join(self, cell: int) -> None:
+        self.send(("joined", self.rank, cell, _interruptible(runner.leave_collectives)))
+
+    # ---- events --------------------------------------------------------------------------------------------
+
+    def send(self, event: tuple[Any, ...]) -> None:
+        """Send one event to the kernel (from any thread)."""
+        frames = wire.pack(self.key, event)
+        with self._send_lock:
+            self._events.send_multipart(frames)
+
+    def write(self, name: str, text: str) -> None:
+        """Queue cell output; the flusher thread sends it within FLUSH_S."""
+        self._text[name].append(text)
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def send_output(self) -> None:
+        """Send the queued output now."""
+        with self._output_lock:
+            for name, parts in self._text.items():
+                if parts:
+                    n = len(parts)  # other threads may append meanwhile: take what is there now
+                    text = "".join(parts[:n])
+                    del parts[:n]
+                    self.send(("stream", self.rank, self.cell, name, text))
+
+    def _flush_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            time.sleep(FLUSH_S)  # what the next writes add goes in the same message
+            self._wake.clear()
+            try:
+                self.send_output()
+            except Exception:  # the engine is shutting down
+                return
+
+    def _route_native_output(self) -> None:
+        """Output written below Python (C/C++ on fds 1 and 2: Horovod's stall and error reports, NCCL warnings)
+        reaches ipykernel's output streams; while a cell runs it goes to that cell's output instead."""
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            original = stream.write
+
+            def write(text: str, _name: str = name, _stream: Any = stream, _original: Any = original) -> int:
+                # During a cell sys.stdout/err are the cell's streams (runner.CellStream, with its line budget).
+                target = getattr(sys, _name)
+                if self.cell is not None and target is not _stream:
+                    return target.write(text)
+                return _original(text)
+
+            stream.write = write
+
+    def _route_displays(self) -> None:
+        """`display(...)` in a cell: sent with the cell's output, in order (rank 0's is shown in the notebook)."""
+        from IPython import get_ipython
+
+        publisher = get_ipython().display_pub
+        original = publisher.publish
+
+        def publish(data: dict[str, Any], metadata: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> None:
+            if self.cell is None:
+                original(data, metadata, *args, **kwargs)
+                return
+            self.send_output()
+            self.send(("display", self.rank, self.cell, {"data": data, "metadata": metadata or {}}))
+
+        publisher.publish = publish
+
+
+def identity(generation: int, rank: int) -> bytes:
+    """How the kernel addresses a rank: engines of an earlier start of the pool (a restart) are never confused."""
+    return f"{generation}:{rank}".encode()
+
+
+class _CellText:
+    """The raw text sink of a cell's stdout or stderr (behind runner.CellStream's budget)."""
+
+    def __init__(self, channel: Channel, name: str) -> None:
+        self._channel = channel
+        self._name = name
+
+    def write(self, text: str) -> int:
+        self._channel.write(self._name, text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass  # the flusher thread sends within FLUSH_S; a training loop's flush=True must not wait for the network
+
+
+def _interruptible(fn: Any, *args: Any) -> Any:
+    """Call `fn` with Ctrl-C enabled, as ipykernel does while it handles a request (engines ignore SIGINT otherwise).
+
+    A KeyboardInterrupt that lands outside `fn`'s own handling still ends in a record, never in the event loop.
+    """
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return fn(*args)
+    except BaseException as exc:
+        return {"ok": False, "error": runner.describe_exception(exc)}
+    finally:
+        signal.signal(signal.SIGINT, saved)
+
+
+def connect(info: dict[str, Any], rank: int) -> None:
+    """Open this engine's end of the cell channel and start handling requests (called by the bootstrap)."""
+    global _channel
+    if _channel is not None:
+        return
+    _channel = Channel(info, rank)
+    _channel.listen()
+
+
+def send_metrics(batch: list[dict[str, Any]]) -> None:
+    """Send `report()` records to the kernel, tagged with the running cell (dropped where no channel is open)."""
+    if _channel is not None:
+        _channel.send(("data", _channel.rank, _channel.cell, batch))
+
+
+def current() -> Channel | None:
+    """This engine's channel, once the bootstrap has opened it."""
+    return _channel
