@@ -1,24 +1,23 @@
 """Allreduce inside the pool vs under plain mpirun vs raw mpi4py, 4 KB to 64 MB: latency and bus bandwidth.
 
-    python bench/allreduce.py [--iters 20] [--rounds 3] [--start-args '--env OMPI_MCA_mpi_yield_when_idle=0']
+    python bench/allreduce.py [--iters 100] [--rounds 6] [--start-args '--env OMPI_MCA_mpi_yield_when_idle=0']
 
-Rounds are interleaved (pool, mpirun, mpirun with the pool's MPI yield setting); a figure is the median over rounds,
-a ratio the median of per-round ratios (> 1: the pool is faster). Bus bandwidth uses NCCL's convention for
+The pool and two mpirun jobs (Open MPI's defaults, and the pool's yield setting) stay alive for the whole run and
+take turns, window by window, the others suspended (bench/common.py). A figure is the median over windows, a ratio
+the median of per-window ratios (> 1: the pool is faster), with its range. Bus bandwidth uses NCCL's convention for
 allreduce: bytes * 2 (n-1)/n / time.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import report, setup_env
+from common import SCRIPTS, Script, engines_of, pause, report, result_of, resume, setup_env, summary
 
 from jupyter_hvd.testing import Kernel
 
@@ -52,63 +51,83 @@ if rank == 0:
 """
 
 
-def result_of(text: str) -> dict:
-    line = next(ln for ln in text.splitlines() if ln.startswith("RESULT "))
-    return {int(k): v for k, v in json.loads(line[len("RESULT ") :]).items()}
+def script(body: str, windows: int) -> str:
+    """MEASURE as an mpirun script: before each window rank 0 waits for a line on stdin (common.Script)."""
+    head = "import sys\nfrom mpi4py import MPI\nimport torch\nimport horovod.torch as hvd\n"
+    head += "hvd.init()\nrank = hvd.rank()\n"
+    loop = f"for w in range({windows}):\n    if rank == 0:\n        sys.stdin.readline()\n"
+    loop += "    MPI.COMM_WORLD.Barrier()\n"
+    return head + loop + "\n".join("    " + line for line in body.strip().splitlines()) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds: pool, mpirun, mpirun + yield")
+    parser.add_argument("--iters", type=int, default=100, help="ops per size and window (a quarter above 4 MB)")
+    parser.add_argument("--rounds", type=int, default=6, help="windows of each: pool, mpirun, mpirun + yield")
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--start-args", default="", help="more %%hvd_start options, e.g. '--cycle-time 2'")
     args = parser.parse_args()
     setup_env()
     body = MEASURE.replace("SIZES", repr(SIZES)).replace("ITERS", str(args.iters))
-    script = "from mpi4py import MPI\nimport torch\nimport horovod.torch as hvd\nhvd.init()\nrank = hvd.rank()\n" + body
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(script)
-    mpirun = ["mpirun", "-np", str(args.np), "--bind-to", "none"]
-    # The pool's ranks yield the CPU while MPI waits (kernel/pool.py); the same setting for a like-for-like script.
-    scripts = {"mpirun": mpirun, "mpirun_yield": [*mpirun, "--mca", "mpi_yield_when_idle", "1"]}
-    runs: dict[str, list[dict[int, list[float]]]] = {"pool": [], "mpirun": [], "mpirun_yield": []}
+        f.write(script(body, args.rounds))
+    scripts = [Script(name, mca, f.name, args.np) for name, mca in SCRIPTS]
+    pool_runs: list[dict] = []
     k = Kernel()
     try:
         k.run("%load_ext jupyter_hvd")
         assert k.run(f"%hvd_start -np {args.np} {args.start_args}", timeout=300).status == "ok"
-        for _ in range(args.rounds):  # A B C A B C: the VM's drift hits every variant alike
+        engines = engines_of(k.pid)
+        pause(engines)
+        for s in scripts:
+            s.start()
+        for _ in range(args.rounds):
+            for s in scripts:
+                s.window()
+            resume(engines)
             r = k.run("%%hvd --no-plot\n" + body, timeout=600)
             assert r.status == "ok", r.error_text
-            runs["pool"].append(result_of(r.stdout))
-            for name, cmd in scripts.items():
-                out = subprocess.run([*cmd, sys.executable, f.name], check=True, capture_output=True, text=True)
-                runs[name].append(result_of(out.stdout))
+            pool_runs.append(result_of(r.stdout))
+            pause(engines)
+        for s in scripts:
+            s.finish()
+        resume(engines)
         k.run("%hvd_stop")
     finally:
+        for s in scripts:
+            s.kill()
         k.shutdown()
+    runs = {"pool": pool_runs, **{_key(s): s.results for s in scripts}}
     n = args.np
     rows = []
-    for nbytes in SIZES:
+    for nbytes in map(str, SIZES):
         hvd_ms = {name: statistics.median(r[nbytes][0] for r in rs) * 1e3 for name, rs in runs.items()}
         ratios = {
-            name: statistics.median(s[nbytes][0] / p[nbytes][0] for p, s in zip(runs["pool"], runs[name], strict=True))
-            for name in scripts
+            _key(s): summary([m[nbytes][0] / p[nbytes][0] for p, m in zip(pool_runs, s.results, strict=True)])
+            for s in scripts
         }
         rows.append(
             {
-                "size": f"{nbytes >> 10} KB" if nbytes < (1 << 20) else f"{nbytes >> 20} MB",
+                "size": _size(int(nbytes)),
                 "pool_hvd_ms": hvd_ms["pool"],
                 "mpirun_hvd_ms": hvd_ms["mpirun"],
                 "mpirun_yield_hvd_ms": hvd_ms["mpirun_yield"],
-                "pool_mpi4py_ms": statistics.median(r[nbytes][1] for r in runs["pool"]) * 1e3,
-                "pool_busbw_GBps": nbytes * 2 * (n - 1) / n / (hvd_ms["pool"] / 1e3) / 1e9,
-                "pool/mpirun": ratios["mpirun"],
-                "pool/mpirun_yield": ratios["mpirun_yield"],
+                "pool_mpi4py_ms": statistics.median(r[nbytes][1] for r in pool_runs) * 1e3,
+                "pool_busbw_GBps": int(nbytes) * 2 * (n - 1) / n / (hvd_ms["pool"] / 1e3) / 1e9,
+                "pool/mpirun": ratios["mpirun"]["median"],
+                "pool/mpirun_yield": ratios["mpirun_yield"]["median"],
+                "range (yield)": f"{ratios['mpirun_yield']['min']:.2f}-{ratios['mpirun_yield']['max']:.2f}",
             }
         )
-    columns = list(rows[0])
-    report("allreduce", rows, columns, {"rounds": args.rounds, "iters": args.iters})
+    report("allreduce", rows, list(rows[0]), {"rounds": args.rounds, "iters": args.iters, "windows": runs})
+
+
+def _key(s: Script) -> str:
+    return "mpirun_yield" if s.mca else "mpirun"
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes >> 10} KB" if nbytes < (1 << 20) else f"{nbytes >> 20} MB"
 
 
 if __name__ == "__main__":

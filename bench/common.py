@@ -6,10 +6,13 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VENV_BIN = str(Path(sys.executable).parent)
@@ -68,3 +71,99 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
     return "" if v is None else str(v)
+
+
+# ---- taking turns: several sets of ranks stay alive, and only the one being timed runs ---------------------------
+# This VM's speed drifts by 20% within minutes. Processes that stay alive and take turns (the others suspended)
+# see the same drift; runs one after the other, each with its own start-up, do not.
+
+
+def engines_of(kernel_pid: int) -> list[psutil.Process]:
+    """A kernel's pool engines (their environment names the pool, whose id starts with the kernel's pid)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("JUPYTER_HVD_POOL", "").startswith(f"hvd-{kernel_pid}-") and p.name() == "python":
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def pause(procs: list[psutil.Process]) -> None:
+    for p in procs:
+        p.suspend()
+
+
+def resume(procs: list[psutil.Process]) -> None:
+    for p in procs:
+        p.resume()
+
+
+def result_of(text: str) -> dict:
+    """The JSON of the first `RESULT {...}` line in `text`."""
+    line = next(ln for ln in text.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
+
+
+# The Horovod way with Open MPI's defaults, and with the one MPI setting pools change (jupyter_hvd/kernel/pool.py).
+SCRIPTS = [
+    ("mpirun -np 2 python script.py", []),
+    ("the same, --mca mpi_yield_when_idle 1", ["--mca", "mpi_yield_when_idle", "1"]),
+]
+
+
+class Script:
+    """A benchmark script under `mpirun`, alive for the whole run: one timed window per `window()` call.
+
+    The script waits on rank 0 for a line on stdin before each window and prints `RESULT {...}` after it
+    (bench/workload.py's `script()` and bench/allreduce.py write such scripts).
+    """
+
+    def __init__(self, name: str, mca: list[str], path: str, np: int = 2) -> None:
+        self.name, self.mca, self.path, self.np = name, mca, path, np
+        self.short = "script (yield)" if mca else "script"
+        self.results: list[dict] = []
+        self.launcher: subprocess.Popen | None = None
+        self.ranks: list[psutil.Process] = []
+
+    def start(self) -> None:
+        cmd = ["mpirun", "-np", str(self.np), "--bind-to", "none", *self.mca, sys.executable, self.path]
+        self.launcher = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def window(self) -> dict:
+        """Let the script run one window (its ranks resumed meanwhile, suspended after); its RESULT."""
+        assert self.launcher is not None and self.launcher.stdin is not None
+        resume(self.ranks)
+        self.launcher.stdin.write("go\n")
+        self.launcher.stdin.flush()
+        self.results.append(result_of(_until_result(self.launcher.stdout)))
+        self.ranks = self.ranks or [
+            p for p in psutil.Process(self.launcher.pid).children(recursive=True) if p.name().startswith("python")
+        ]
+        pause(self.ranks)
+        return self.results[-1]
+
+    def rates(self) -> list[float]:
+        return [r["samples_per_s"] for r in self.results]
+
+    def finish(self) -> None:
+        assert self.launcher is not None and self.launcher.stdin is not None
+        resume(self.ranks)
+        self.launcher.stdin.close()
+        self.launcher.wait(timeout=60)
+
+    def kill(self) -> None:
+        if self.launcher is not None and self.launcher.poll() is None:
+            resume(self.ranks)
+            self.launcher.kill()
+
+
+def _until_result(stream: Any) -> str:
+    """Lines from the script's stdout up to and including its next RESULT line."""
+    lines = []
+    for line in stream:
+        lines.append(line)
+        if line.startswith("RESULT "):
+            return "".join(lines)
+    raise RuntimeError("the mpirun script ended before its RESULT line:\n" + "".join(lines[-20:]))

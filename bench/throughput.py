@@ -8,51 +8,15 @@ Both sets of ranks stay alive and take turns: each timed window of one runs whil
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workload
-from common import report, setup_env, summary
+from common import SCRIPTS, Script, engines_of, pause, report, result_of, resume, setup_env, summary
 
 from jupyter_hvd.testing import Kernel
-
-
-def engines_of(kernel_pid: int) -> list[psutil.Process]:
-    """The pool's engine processes (their environment names the pool, whose id starts with the kernel's pid)."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("JUPYTER_HVD_POOL", "").startswith(f"hvd-{kernel_pid}-") and p.name() == "python":
-                found.append(p)
-        except psutil.Error:
-            continue
-    return found
-
-
-def result_of(text: str) -> dict:
-    line = next(ln for ln in text.splitlines() if ln.startswith("RESULT "))
-    return json.loads(line[len("RESULT ") :])
-
-
-def ranks_of(launcher: subprocess.Popen) -> list[psutil.Process]:
-    """The Python processes `mpirun` started."""
-    return [p for p in psutil.Process(launcher.pid).children(recursive=True) if p.name().startswith("python")]
-
-
-def pause(procs: list[psutil.Process]) -> None:
-    for p in procs:
-        p.suspend()
-
-
-def resume(procs: list[psutil.Process]) -> None:
-    for p in procs:
-        p.resume()
 
 
 def main() -> None:
@@ -81,7 +45,7 @@ def main() -> None:
             script.start()
         for _ in range(args.rounds):
             for script in scripts:
-                script.window()
+                script.window()  # its ranks run; the others are suspended
             resume(engines)
             r = k.run("%%hvd\n" + workload.window(args.steps, args.print_every), timeout=600)
             assert r.status == "ok", r.error_text
@@ -101,10 +65,10 @@ def main() -> None:
     rows = [{"run": f"%%hvd cell ({args.view} view)", "samples_per_s": c["median"], "min": c["min"], "max": c["max"]}]
     extra: dict = {"cell": cell_rates, "steps": args.steps, "print_every": args.print_every}
     for script in scripts:
-        s = summary(script.rates)
+        s = summary(script.rates())
         rows.append({"run": script.name, "samples_per_s": s["median"], "min": s["min"], "max": s["max"]})
     for script in scripts:
-        q = summary([a / b for a, b in zip(cell_rates, script.rates, strict=True)])
+        q = summary([a / b for a, b in zip(cell_rates, script.rates(), strict=True)])
         rows.append(
             {
                 "run": f"ratio cell / {script.short}, per round",
@@ -112,60 +76,8 @@ def main() -> None:
                 "samples_per_s": q["median"],
             }
         )
-        extra[script.short] = script.rates
+        extra[script.short] = script.rates()
     report("throughput", rows, ["run", "samples_per_s", "min", "max"], extra)
-
-
-# The Horovod way with Open MPI's defaults, and with the one MPI setting pools change (jupyter_hvd/kernel/pool.py).
-SCRIPTS = [
-    ("mpirun -np 2 python script.py", []),
-    ("the same, --mca mpi_yield_when_idle 1", ["--mca", "mpi_yield_when_idle", "1"]),
-]
-
-
-class Script:
-    """The workload under `mpirun -np 2`, one timed window per `window()` call."""
-
-    def __init__(self, name: str, mca: list[str], path: str) -> None:
-        self.name, self.mca, self.path = name, mca, path
-        self.short = "script (yield)" if mca else "script"
-        self.rates: list[float] = []
-        self.launcher: subprocess.Popen | None = None
-        self.ranks: list[psutil.Process] = []
-
-    def start(self) -> None:
-        cmd = ["mpirun", "-np", "2", "--bind-to", "none", *self.mca, sys.executable, self.path]
-        self.launcher = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def window(self) -> None:
-        assert self.launcher is not None and self.launcher.stdin is not None
-        resume(self.ranks)
-        self.launcher.stdin.write("go\n")
-        self.launcher.stdin.flush()
-        self.rates.append(result_of(_until_result(self.launcher.stdout))["samples_per_s"])
-        self.ranks = self.ranks or ranks_of(self.launcher)
-        pause(self.ranks)
-
-    def finish(self) -> None:
-        assert self.launcher is not None and self.launcher.stdin is not None
-        resume(self.ranks)
-        self.launcher.stdin.close()
-        self.launcher.wait(timeout=60)
-
-    def kill(self) -> None:
-        if self.launcher is not None and self.launcher.poll() is None:
-            resume(self.ranks)
-            self.launcher.kill()
-
-
-def _until_result(stream) -> str:
-    """Lines from the script's stdout up to and including its next RESULT line."""
-    lines = []
-    for line in stream:
-        lines.append(line)
-        if line.startswith("RESULT "):
-            return "".join(lines)
-    raise RuntimeError("the mpirun script ended before its RESULT line:\n" + "".join(lines[-20:]))
 
 
 if __name__ == "__main__":
