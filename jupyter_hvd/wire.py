@@ -7,7 +7,6 @@ so a process that can reach the channel's port but does not hold the key can nei
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 import pickle
@@ -24,7 +23,7 @@ def new_key() -> bytes:
 def pack(key: bytes, message: Any) -> list[bytes]:
     """The frames that carry `message`, signed with `key`."""
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    return [hmac.new(key, payload, hashlib.sha256).digest(), payload]
+    return [hmac.digest(key, payload, "sha256"), payload]
 
 
 def unpack(key: bytes, frames: list[Any]) -> Any | None:
@@ -32,6 +31,6 @@ def unpack(key: bytes, frames: list[Any]) -> Any | None:
     if len(frames) != 2:
         return None
     signature, payload = (bytes(f) for f in frames)
-    if not hmac.compare_digest(signature, hmac.new(key, payload, hashlib.sha256).digest()):
+    if not hmac.compare_digest(signature, hmac.digest(key, payload, "sha256")):
         return None
     return pickle.loads(payload)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import torch
 from IPython.core.error import UsageError
 
+from jupyter_hvd import state
 from jupyter_hvd.kernel.errors import CellFailed
 
 
@@ -280,3 +284,32 @@ def test_idle_pool_rests_and_the_next_cell_trains_on(ip, pool, capsys):
     )
     assert not pool.resting
     assert pull(pool, "same", 0) == pull(pool, "same", 1) == 0.0
+
+
+def test_the_sidebar_sees_a_long_cell_running_and_then_idle(ip, pool):
+    """The state file (what the sidebar shows) names a cell that runs for a while within a fraction of a second,
+    and says idle again once it ended; short cells are left to the watcher's next round (they would be over
+    before the sidebar's next refresh anyway)."""
+    seen: list[tuple[float, str, str | None]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            data = state.read_pool(pool.state_file)
+            if data:
+                seen.append((time.monotonic(), data["state"], data["cell"]))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        started = time.monotonic()
+        ip.run_cell_magic("hvd", "", "import time as _t\n_t.sleep(1.5)")
+        time.sleep(1.5)  # the watcher's next round at the latest
+    finally:
+        stop.set()
+        watcher.join()
+    running = [t for t, s, cell in seen if s == "running" and cell == "import time as _t"]
+    assert running, seen[-5:]
+    assert running[0] - started < 0.6, running[0] - started
+    assert seen[-1][1] == "idle", seen[-5:]

@@ -646,8 +646,8 @@ class Pool:
                 },
             )
 
-    def _publish(self) -> None:
-        # The watcher writes the file within milliseconds; a cell never waits for file IO.
+    def publish(self) -> None:
+        """Have the state file rewritten now (by the watcher, within milliseconds: a cell never waits for file IO)."""
         if self.watcher is not None and self.watcher.is_alive():
             self.watcher.poke()
         else:
@@ -658,10 +658,13 @@ class Pool:
         for rank, values in stats.items():
             self.rank_stats.setdefault(rank, {}).update(values)
         if publish and self.client is not None:
-            self._publish()
+            self.publish()
 
-    def set_state(self, pool_state: str, cell: str | None = None) -> None:
-        """Record what the pool is doing (idle, running a cell, ...) for the sidebar."""
+    def set_state(self, pool_state: str, cell: str | None = None, publish: bool = True) -> None:
+        """Record what the pool is doing (idle, running a cell, ...) for the sidebar.
+
+        publish=False leaves the state file to the watcher's next round (within a second).
+        """
         self.busy_cell = cell
         self._pool_state = pool_state
         self._idle_since = time.monotonic()
@@ -669,7 +672,8 @@ class Pool:
             self.resting = False  # the cell wakes Horovod on every rank first
         for r in self.ranks:
             r.state = "busy" if pool_state == "running" else "idle"
-        self._publish()
+        if publish:
+            self.publish()
 
     def can_rest(self) -> bool:
         """Whether this pool's Horovod may rest when idle (the engines decide alike, from the same environment)."""
@@ -696,7 +700,7 @@ class Pool:
                 except ChannelError:
                     return False  # a dead rank: the next cell finds out and restarts the pool
                 self.resting = True
-                self._publish()
+                self.publish()
         finally:
             self.lock.release()
         return self.resting
