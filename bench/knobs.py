@@ -7,7 +7,7 @@ others suspended (bench/common.py). A window is one %%hvd cell that times the sm
 MLP (21 M parameters: 84 MB of gradients, more than Horovod's 64 MB fusion buffer), and allreduce latency at 4 KB and
 16 MB. A ratio is the median of per-round ratios against Horovod's defaults (> 1: faster than the default).
 On CPU ranks Horovod's only working tensor ops are MPI's (Gloo's crash under the MPI controller, and `%hvd_start`
-refuses them), so `--ops` has nothing to compare here; on GPUs it picks NCCL or MPI (bench/gpu.py).
+refuses them), so `--ops` has nothing to compare here; on GPUs it picks NCCL or MPI (not measured yet).
 """
 
 from __future__ import annotations
