@@ -1,7 +1,7 @@
 """A pool that never hangs: seeded random faults on a 2-rank pool in a real kernel, each followed by a healthy cell.
 
-HVD_FAULT_CYCLES (default 30) and HVD_FAULT_SEED (default 20261122) set the length and the draw;
-bench/fault_soak.py runs the same cycles for longer.
+HVD_FAULT_CYCLES (default 30) and HVD_FAULT_SEED (default 20261122) set the length and the draw; a longer soak:
+`HVD_FAULT_CYCLES=300 bash scripts/test.sh -k faults`.
 """
 
 from __future__ import annotations
