@@ -4,20 +4,22 @@
 
 The pool and two mpirun jobs (Open MPI's defaults, and the pool's yield setting) stay alive for the whole run and
 take turns, window by window, the others suspended (bench/common.py). A figure is the median over windows, a ratio
-the median of per-window ratios (> 1: the pool is faster), with its range. Bus bandwidth uses NCCL's convention for
-allreduce: bytes * 2 (n-1)/n / time.
+the median of per-window ratios (> 1: the pool is faster), with its range against the yield script. The last rows
+sum up all sizes: per window the geometric mean over sizes of the ratio, then its median and range over windows.
+Bus bandwidth uses NCCL's convention for allreduce: bytes * 2 (n-1)/n / time.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SCRIPTS, Script, engines_of, pause, report, result_of, resume, setup_env, summary
+from common import SCRIPTS, Script, report, result_of, setup_env, summary, take_turns
 
 from jupyter_hvd.testing import Kernel
 
@@ -31,7 +33,8 @@ comm = MPI.COMM_WORLD
 out = {}
 for nbytes in SIZES:
     t = torch.ones(nbytes // 4)
-    iters = ITERS if nbytes <= (4 << 20) else max(3, ITERS // 4)
+    iters = max(3, ITERS * min(1, (4 << 20) / nbytes))  # above 4 MB: the same bytes per window
+    iters = int(iters)
     for i in range(3):
         hvd.allreduce(t, name=f"warm.{nbytes}.{i}", op=hvd.Sum)
     comm.Barrier()
@@ -62,7 +65,7 @@ def script(body: str, windows: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iters", type=int, default=100, help="ops per size and window (a quarter above 4 MB)")
+    parser.add_argument("--iters", type=int, default=100, help="ops per size and window (fewer above 4 MB)")
     parser.add_argument("--rounds", type=int, default=6, help="windows of each: pool, mpirun, mpirun + yield")
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--start-args", default="", help="more %%hvd_start options, e.g. '--cycle-time 2'")
@@ -72,26 +75,17 @@ def main() -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(script(body, args.rounds))
     scripts = [Script(name, mca, f.name, args.np) for name, mca in SCRIPTS]
-    pool_runs: list[dict] = []
     k = Kernel()
     try:
         k.run("%load_ext jupyter_hvd")
         assert k.run(f"%hvd_start -np {args.np} {args.start_args}", timeout=300).status == "ok"
-        engines = engines_of(k.pid)
-        pause(engines)
-        for s in scripts:
-            s.start()
-        for _ in range(args.rounds):
-            for s in scripts:
-                s.window()
-            resume(engines)
+
+        def cell_window() -> dict:
             r = k.run("%%hvd --no-plot\n" + body, timeout=600)
             assert r.status == "ok", r.error_text
-            pool_runs.append(result_of(r.stdout))
-            pause(engines)
-        for s in scripts:
-            s.finish()
-        resume(engines)
+            return result_of(r.stdout)
+
+        pool_runs = take_turns(k.pid, scripts, args.rounds, cell_window)
         k.run("%hvd_stop")
     finally:
         for s in scripts:
@@ -116,7 +110,22 @@ def main() -> None:
                 "pool_busbw_GBps": int(nbytes) * 2 * (n - 1) / n / (hvd_ms["pool"] / 1e3) / 1e9,
                 "pool/mpirun": ratios["mpirun"]["median"],
                 "pool/mpirun_yield": ratios["mpirun_yield"]["median"],
-                "range (yield)": f"{ratios['mpirun_yield']['min']:.2f}-{ratios['mpirun_yield']['max']:.2f}",
+                "range": f"{ratios['mpirun_yield']['min']:.2f}-{ratios['mpirun_yield']['max']:.2f}",
+            }
+        )
+    # One figure for "does the pool slow collectives": per window, the geometric mean over sizes of the ratio.
+    for s in scripts:
+        overall = summary(
+            [
+                math.exp(statistics.fmean(math.log(m[n][0] / p[n][0]) for n in map(str, SIZES)))
+                for p, m in zip(pool_runs, s.results, strict=True)
+            ]
+        )
+        rows.append(
+            {
+                "size": f"all sizes (geometric mean), pool/{_key(s)}",
+                f"pool/{_key(s)}": overall["median"],
+                "range": f"{overall['min']:.2f}-{overall['max']:.2f}",
             }
         )
     report("allreduce", rows, list(rows[0]), {"rounds": args.rounds, "iters": args.iters, "windows": runs})

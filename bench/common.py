@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,25 @@ def _until_result(stream: Any) -> str:
         if line.startswith("RESULT "):
             return "".join(lines)
     raise RuntimeError("the mpirun script ended before its RESULT line:\n" + "".join(lines[-20:]))
+
+
+def take_turns(kernel_pid: int, scripts: list[Script], rounds: int, cell_window: Callable[[], dict]) -> list[dict]:
+    """`rounds` times: a window of every script, then one of the kernel's pool (`cell_window()` runs it and returns
+    its result), each with the others suspended. Returns the pool's results; the scripts keep theirs."""
+    engines = engines_of(kernel_pid)
+    pause(engines)
+    results = []
+    try:
+        for script in scripts:
+            script.start()
+        for _ in range(rounds):
+            for script in scripts:
+                script.window()
+            resume(engines)
+            results.append(cell_window())
+            pause(engines)
+        for script in scripts:
+            script.finish()
+    finally:
+        resume(engines)
+    return results

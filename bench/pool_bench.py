@@ -17,6 +17,8 @@ from common import report, setup_env, summary
 
 from jupyter_hvd.testing import Kernel
 
+REST_WAIT_S = 3.5  # an idle CPU pool rests after 2 s; the watcher looks once a second
+
 TINY_STEP = """
 import torch
 torch.manual_seed(0)
@@ -55,7 +57,7 @@ def start_times(nps: list[int], repeats: int) -> list[dict]:
     return rows
 
 
-def warm_loop(round_trips: int) -> tuple[list[dict], dict]:
+def warm_loop(round_trips: int, rested_cells: int) -> tuple[list[dict], dict]:
     k = Kernel()
     rows = []
     try:
@@ -111,6 +113,27 @@ def warm_loop(round_trips: int) -> tuple[list[dict], dict]:
             }
         )
         k.run("os.environ['JUPYTER_HVD_LIVE_VIEW'] = 'text'")  # the streamed line marks the first step
+        # The edit-run loop as people type it: cells seconds apart, so Horovod rests in between (kernel/pool.py's
+        # REST_AFTER_CPU_S) and each cell first wakes it on every rank.
+        cells, over = [], []
+        for _ in range(rested_cells):
+            time.sleep(REST_WAIT_S)
+            r = k.run("from jupyter_hvd.kernel import pool\nprint(pool.current().resting)")
+            assert r.stdout.strip() == "True", f"the pool did not rest within {REST_WAIT_S} s"
+            r = k.run("%%hvd --no-plot\npass")
+            plain = k.run("pass")
+            cells.append(r.finished - r.started)
+            over.append(cells[-1] - (plain.finished - plain.started))
+        s = summary(cells)
+        rows.append(
+            {
+                "what": "empty %%hvd cell on a resting pool (cells seconds apart: wakes Horovod first), text view",
+                "median_ms": s["median"] * 1e3,
+                "p95_ms": s["p95"] * 1e3,
+                "over_plain_ms": summary(over)["median"] * 1e3,
+                "n": s["n"],
+            }
+        )
         # The first training step ever in a pool pays torch's one-time costs (about 2 s here): not an edit-run loop.
         k.run("%%hvd --no-plot\n" + TINY_STEP)
         firsts = []
@@ -146,10 +169,11 @@ def main() -> None:
     parser.add_argument("--np", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--round-trips", type=int, default=200)
     parser.add_argument("--starts", type=int, default=3, help="cold starts per -np (median)")
+    parser.add_argument("--rested-cells", type=int, default=15, help="cells timed on a resting pool (%(default)s)")
     args = parser.parse_args()
     setup_env()
     rows = start_times(args.np, args.starts)
-    loop_rows, warm_first = warm_loop(args.round_trips)
+    loop_rows, warm_first = warm_loop(args.round_trips, args.rested_cells)
     cold = cold_mpirun()
     rows += loop_rows
     rows.append(

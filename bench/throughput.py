@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workload
-from common import SCRIPTS, Script, engines_of, pause, report, result_of, resume, setup_env, summary
+from common import SCRIPTS, Script, report, result_of, setup_env, summary, take_turns
 
 from jupyter_hvd.testing import Kernel
 
@@ -32,30 +32,19 @@ def main() -> None:
     # The live view widget, as JupyterLab and Notebook 7 get it (this client would get the text view otherwise).
     k = Kernel(extra_env={"JUPYTER_HVD_LIVE_VIEW": args.view})
     scripts = [Script(name, mca, f.name) for name, mca in SCRIPTS]
-    cell_rates: list[float] = []
     try:
         k.run("%load_ext jupyter_hvd")
         assert k.run("%hvd_start -np 2", timeout=300).status == "ok"
         assert k.run("%%hvd\n" + workload.SETUP, timeout=300).status == "ok"
-        engines = engines_of(k.pid)
-        # Every set of ranks stays alive for the whole run, each suspended while another is timed, so machine
-        # drift (this VM's speed varies by 20% within minutes) falls on all alike.
-        pause(engines)
-        for script in scripts:
-            script.start()
-        for _ in range(args.rounds):
-            for script in scripts:
-                script.window()  # its ranks run; the others are suspended
-            resume(engines)
+
+        def cell_window() -> dict:
             r = k.run("%%hvd\n" + workload.window(args.steps, args.print_every), timeout=600)
             assert r.status == "ok", r.error_text
             # Rank 0's output went into the widget's log: fetch the result itself.
             r = k.run("%hvd_pull bench_result\nimport json\nprint('RESULT ' + json.dumps(bench_result))")
-            cell_rates.append(result_of(r.stdout)["samples_per_s"])
-            pause(engines)
-        for script in scripts:
-            script.finish()
-        resume(engines)
+            return result_of(r.stdout)
+
+        cell_rates = [w["samples_per_s"] for w in take_turns(k.pid, scripts, args.rounds, cell_window)]
         k.run("%hvd_stop")
     finally:
         for script in scripts:
