@@ -109,7 +109,7 @@ def result_of(text: str) -> dict:
 
 # The Horovod way with Open MPI's defaults, and with the one MPI setting pools change (jupyter_hvd/kernel/pool.py).
 SCRIPTS = [
-    ("mpirun -np 2 python script.py", []),
+    ("mpirun -np N python script.py", []),
     ("the same, --mca mpi_yield_when_idle 1", ["--mca", "mpi_yield_when_idle", "1"]),
 ]
 

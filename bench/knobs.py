@@ -27,11 +27,12 @@ SETTINGS = ["", "--cycle-time 0.5", "--cycle-time 2", "--cycle-time 5", "--fusio
 
 LARGE_SETUP = """
 big = nn.Sequential(nn.Linear(2048, 4096), nn.ReLU(), nn.Linear(4096, 2048), nn.ReLU(), nn.Linear(2048, 2048))
+big = big.to(device)
 big_opt = hvd.DistributedOptimizer(torch.optim.SGD(big.parameters(), lr=0.001),
                                    named_parameters=[("big." + n, p) for n, p in big.named_parameters()])
 hvd.broadcast_parameters(big.state_dict(), root_rank=0)
-big_x, big_y = torch.randn(16, 2048, generator=g), torch.randn(16, 2048, generator=g)
-t4k, t16m = torch.ones(1 << 10), torch.ones(4 << 20)
+big_x, big_y = torch.randn(16, 2048, generator=g).to(device), torch.randn(16, 2048, generator=g).to(device)
+t4k, t16m = torch.ones(1 << 10, device=device), torch.ones(4 << 20, device=device)
 """
 
 WINDOW = """

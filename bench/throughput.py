@@ -1,8 +1,9 @@
 """Training throughput: the same loop as a %%hvd cell (live view on) and as a script under mpirun, interleaved.
 
-python bench/throughput.py [--rounds 10] [--steps 40] [--view widget|text|off]
+python bench/throughput.py [--rounds 10] [--steps 40] [--view widget|text|off] [--np N]
 
 Both sets of ranks stay alive and take turns: each timed window of one runs while the other is suspended.
+Where there are GPUs, both run one rank per GPU (NCCL); elsewhere 2 CPU ranks (MPI).
 """
 
 from __future__ import annotations
@@ -25,16 +26,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40, help="training steps per timed window")
     parser.add_argument("--print-every", type=int, default=1, help="rank 0 prints the loss every N steps")
     parser.add_argument("--view", default="widget", choices=["widget", "text", "off"], help="the cell's live view")
+    parser.add_argument("--np", type=int, default=None, help="ranks (default: one per GPU, else 2 CPU ranks)")
     args = parser.parse_args()
     setup_env()
+    import torch
+
+    np = args.np or (torch.cuda.device_count() if torch.cuda.is_available() else 2)
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(workload.script(args.steps, args.print_every, args.rounds))
     # The live view widget, as JupyterLab and Notebook 7 get it (this client would get the text view otherwise).
     k = Kernel(extra_env={"JUPYTER_HVD_LIVE_VIEW": args.view})
-    scripts = [Script(name, mca, f.name) for name, mca in SCRIPTS]
+    scripts = [Script(name, mca, f.name, np) for name, mca in SCRIPTS]
     try:
         k.run("%load_ext jupyter_hvd")
-        assert k.run("%hvd_start -np 2", timeout=300).status == "ok"
+        assert k.run(f"%hvd_start -np {np}", timeout=300).status == "ok"
         assert k.run("%%hvd\n" + workload.SETUP, timeout=300).status == "ok"
 
         def cell_window() -> dict:
@@ -52,7 +57,7 @@ def main() -> None:
         k.shutdown()
     c = summary(cell_rates)
     rows = [{"run": f"%%hvd cell ({args.view} view)", "samples_per_s": c["median"], "min": c["min"], "max": c["max"]}]
-    extra: dict = {"cell": cell_rates, "steps": args.steps, "print_every": args.print_every}
+    extra: dict = {"cell": cell_rates, "steps": args.steps, "print_every": args.print_every, "np": np}
     for script in scripts:
         s = summary(script.rates())
         rows.append({"run": script.name, "samples_per_s": s["median"], "min": s["min"], "max": s["max"]})

@@ -1,7 +1,8 @@
 """The training workload shared by the notebook cell and the mpirun script: same model, data and loop.
 
-The body runs with `hvd`, `torch`, `rank`, `size` defined (as in a %%hvd cell). Each timed window prints one
-line `RESULT {...}` on rank 0 with samples/s measured after a warm-up, between two barriers.
+The body runs with `hvd`, `torch`, `rank`, `size` and `device` defined (as in a %%hvd cell): on a GPU pool the
+model and data live on each rank's GPU and Horovod reduces with NCCL; on CPU ranks with MPI. Each timed window
+prints one line `RESULT {...}` on rank 0 with samples/s measured after a warm-up, between two barriers.
 """
 
 SETUP = """
@@ -10,6 +11,7 @@ import torch.nn as nn, torch.nn.functional as F
 torch.manual_seed(0)
 model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
                       nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 8 * 8, 128), nn.ReLU(), nn.Linear(128, 10))
+model = model.to(device)
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9),
                                named_parameters=model.named_parameters())
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -17,6 +19,7 @@ hvd.broadcast_optimizer_state(opt, root_rank=0)
 g = torch.Generator().manual_seed(rank)
 batch = 64
 data = [(torch.randn(batch, 1, 16, 16, generator=g), torch.randint(0, 10, (batch,), generator=g)) for _ in range(8)]
+data = [(x.to(device), y.to(device)) for x, y in data]
 """
 
 TRAIN = """
@@ -58,6 +61,9 @@ def script(steps: int, print_every: int, windows: int) -> str:
         "import sys\nfrom mpi4py import MPI\nimport torch\nimport horovod.torch as hvd\nhvd.init()\n"
         "rank, size = hvd.rank(), hvd.size()\n"
         "import os\ntorch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // hvd.local_size()))\n"
+        # As a pool pins its ranks (engine/bootstrap.py): GPU local_rank where there are GPUs.
+        "device = torch.device('cuda', hvd.local_rank()) if torch.cuda.is_available() else torch.device('cpu')\n"
+        "if device.type == 'cuda':\n    torch.cuda.set_device(device)\n"
     )
     body = "\n".join("    " + line for line in window(steps, print_every).strip().splitlines())
     loop = (
