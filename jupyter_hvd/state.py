@@ -8,8 +8,14 @@ Each pool writes one JSON file, atomically and readable by its owner only, under
     notebook,
     ranks: [{rank, engine_id, host, pid, device, controller, tensor_ops, local_rank, cross_rank,
              state (idle|busy|stalled|dead), step, loss, last_line, cpu_percent, rss_mb,
-             gpu_mem_mb, gpu_mem_total_mb, gpu_util, heartbeat (epoch s of the last sample)}],
+             gpu_mem_mb, gpu_mem_total_mb, gpu_util, heartbeat (epoch s of the last sample),
+             stalled_on (tensor names, while stalled), compute_ms, wait_ms (per step, recent mean)}],
+    straggler: null | {rank, ratio, message}   (a rank >= 1.3x slower than the others for 10 s)
+    nonfinite: null | {rank, step, metric, message}   (the first NaN/Inf metric of the running or last cell)
+    problems: [str]   (jupyter-hvd's own threads that failed: engine flusher, reporter, watcher)
     processes: [{pid, create_time, role}], updated (epoch s), version
+
+Every number is finite: NaN and Inf are written as null, so the file is always valid JSON.
 
 Actions from outside the kernel (the sidebar) go the other way: `request_action` writes
 `pool-<id>.action.json`, which the kernel's pool watcher takes (removing the file) and carries out.
