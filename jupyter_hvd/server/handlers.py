@@ -7,6 +7,7 @@ POST /jupyter-hvd/pools/<id>/<action>    interrupt | restart | stop (202; 404 un
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -41,7 +42,8 @@ class PoolsHandler(_PoolHandler):
     @tornado.web.authenticated
     @authorized
     async def get(self) -> None:
-        pools = self.registry.pools(await self.notebooks())
+        # Listing may clean up a dead kernel's pool (killing processes, waiting for them): off the event loop.
+        pools = await asyncio.to_thread(self.registry.pools, await self.notebooks())
         self.finish(json.dumps({"pools": pools, "now": time.time()}))
 
 
@@ -50,7 +52,7 @@ class PoolHandler(_PoolHandler):
     @authorized
     async def get(self, pool_id: str) -> None:
         try:
-            pool = self.registry.pool(pool_id, await self.notebooks())
+            pool = await asyncio.to_thread(self.registry.pool, pool_id, await self.notebooks())
         except UnknownPool:
             raise tornado.web.HTTPError(404, f"no jupyter-hvd pool {pool_id}") from None
         self.finish(json.dumps(pool))
@@ -61,7 +63,7 @@ class PoolActionHandler(_PoolHandler):
     @authorized
     async def post(self, pool_id: str, action: str) -> None:
         try:
-            done = self.registry.act(pool_id, action)
+            done = await asyncio.to_thread(self.registry.act, pool_id, action)
         except UnknownPool:
             raise tornado.web.HTTPError(404, f"no jupyter-hvd pool {pool_id}") from None
         except ValueError as exc:
