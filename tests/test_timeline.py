@@ -8,8 +8,9 @@ from pathlib import Path
 
 from jupyter_hvd.kernel.timeline import format_summary, load_trace, summarize
 
-# `%%hvd --timeline` needs a pool started with --timeline; this pool also checks Horovod's tuning flags.
-POOL_FLAGS = "--timeline --cycle-time 2.5 --fusion-mb 8"
+# A plain pool: `%%hvd --timeline` switches Horovod's timeline on for its cell only. The last tests start a pool with
+# fixed tuning, which cannot restart Horovod, and so refuses unless started with --timeline.
+POOL_FLAGS = ""
 
 TRAIN = """
 torch.manual_seed(0)
@@ -102,7 +103,71 @@ def test_summary_of_an_unterminated_trace():
     assert "allreduce.fc.weight" in text and "/x/t.json" in text
 
 
+CHECK_OFF = """
+import os, tempfile
+from jupyter_hvd.engine import idle
+probe = os.path.join(tempfile.mkdtemp(), "probe.json")
+try:
+    hvd.start_timeline(probe)  # works only where Horovod was started with HOROVOD_TIMELINE=DYNAMIC
+    hvd.stop_timeline()
+    enabled = True
+except ValueError:
+    enabled = False
+off = {"env": os.environ.get("HOROVOD_TIMELINE"), "started_with": idle.horovod_env("HOROVOD_TIMELINE"),
+       "enabled": enabled}
+"""
+
+
+def _off_on_every_rank(pool):
+    return [pool.client[r.engine_id].pull("off", block=True) for r in pool.ranks]
+
+
+def test_timeline_is_off_again_in_the_next_cell(ip, pool, tmp_path, capsys):
+    # The next cell comes at once (no idle rest between): it starts Horovod again without the timeline itself.
+    trace = tmp_path / "t.json"
+    ip.run_cell_magic("hvd", f"--timeline {trace}", "hvd.allreduce(torch.ones(3), name='during')")
+    size = trace.stat().st_size
+    ip.run_cell_magic("hvd", "", CHECK_OFF + "for i in range(20): hvd.allreduce(torch.ones(3), name='later')")
+    assert _off_on_every_rank(pool) == [{"env": None, "started_with": None, "enabled": False}] * 2
+    assert trace.stat().st_size == size  # nothing more was recorded
+    assert "allreduce.later" not in trace.read_text()
+    capsys.readouterr()
+
+
+def test_timeline_is_off_after_an_idle_rest(ip, pool, tmp_path, capsys):
+    import time
+
+    ip.run_cell_magic("hvd", f"--timeline {tmp_path}", "hvd.allreduce(torch.ones(3), name='during')")
+    deadline = time.monotonic() + 10
+    while not pool.resting and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pool.resting
+    ip.run_cell_magic("hvd", "", CHECK_OFF)
+    assert _off_on_every_rank(pool) == [{"env": None, "started_with": None, "enabled": False}] * 2
+    # And a second timeline cell switches it on again.
+    ip.run_cell_magic("hvd", f"--timeline {tmp_path / 'again.json'}", "hvd.allreduce(torch.ones(3), name='again')")
+    assert "allreduce.again" in capsys.readouterr().out
+
+
+def test_fixed_tuning_pool_refuses_and_says_what_to_type(ip, pool, capsys):
+    from IPython.core.error import UsageError
+
+    ip.run_line_magic("hvd_stop", "")
+    ip.run_line_magic("hvd_start", "-np 2 --env JUPYTER_HVD_TEST=yes --cycle-time 2.5 --fusion-mb 8")
+    try:
+        ip.run_cell_magic("hvd", "--timeline", "print('never runs')")
+    except UsageError as exc:
+        text = str(exc)
+    else:
+        raise AssertionError("a pool with fixed tuning cannot switch the timeline on")
+    assert "--cycle-time and --fusion-mb" in text and "%hvd_start" in text and "--timeline" in text, text
+    assert "never runs" not in capsys.readouterr().out
+
+
 def test_tuning_flags_reach_the_engines_and_keep_horovod_awake(ip, pool, capsys):
+    from jupyter_hvd.kernel import pool as pools
+
+    pool = pools.current()  # the fixed-tuning pool of the test before
     import time
 
     ip.run_cell_magic(
@@ -115,10 +180,28 @@ def test_tuning_flags_reach_the_engines_and_keep_horovod_awake(ip, pool, capsys)
     assert seen == {
         "HOROVOD_CYCLE_TIME": "2.5",
         "HOROVOD_FUSION_THRESHOLD": str(8 * 1024 * 1024),
-        "HOROVOD_TIMELINE": "DYNAMIC",
+        "HOROVOD_TIMELINE": None,
     }
     # Horovod 0.28.1 crashes when started again with fixed tuning: this pool never rests, and says why.
     time.sleep(3.5)
     assert not pool.resting
     ip.run_line_magic("hvd_status", "")
     assert "Horovod stays awake" in capsys.readouterr().out
+
+
+def test_fixed_tuning_pool_started_with_timeline_records(ip, pool, tmp_path, capsys):
+    ip.run_line_magic("hvd_stop", "")
+    ip.run_line_magic("hvd_start", "-np 2 --env JUPYTER_HVD_TEST=yes --cycle-time 2.5 --fusion-mb 8 --timeline")
+    ip.run_cell_magic("hvd", f"--timeline {tmp_path}", "hvd.allreduce(torch.ones(3), name='fixed')")
+    assert "allreduce.fixed" in capsys.readouterr().out
+
+
+def test_timeline_flag_is_not_needed_on_a_plain_pool(ip, pool, capsys):
+    ip.run_line_magic("hvd_stop", "")
+    ip.run_line_magic("hvd_start", "-np 2 --env JUPYTER_HVD_TEST=yes --timeline")
+    assert "--timeline is not needed" in capsys.readouterr().out
+    ip.run_cell_magic("hvd", "", "import os\nenv = os.environ.get('HOROVOD_TIMELINE')")
+    from jupyter_hvd.kernel import pool as pools
+
+    p = pools.current()
+    assert p.client[p.ranks[0].engine_id].pull("env", block=True) is None

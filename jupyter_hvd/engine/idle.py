@@ -50,14 +50,44 @@ def rest() -> dict[str, Any]:
     return {"resting": True, "seconds": time.perf_counter() - t0}
 
 
+# Variables Horovod reads only in hvd.init() that a cell may change on a running pool (`%%hvd --timeline`), and
+# their values when this rank's Horovod last started (bootstrap.start sets the pool's environment before idle is
+# imported).
+_RESTART_ON = ("HOROVOD_TIMELINE",)
+_started_with = {k: os.environ.get(k) for k in _RESTART_ON}
+
+
+def set_horovod_env(changes: Mapping[str, str | None]) -> None:
+    """Set (None: remove) variables Horovod reads at hvd.init(); the next `wake()` starts Horovod again with them.
+
+    Every rank must make the same change, since that restart is collective (all ranks run the same cell).
+    """
+    for key, value in changes.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def horovod_env(key: str) -> str | None:
+    """The value `key` had when this rank's Horovod last started."""
+    return _started_with.get(key, os.environ.get(key))
+
+
 def wake() -> float:
-    """Start Horovod again if it rests; the seconds it took (every rank runs this first in every cell)."""
-    global _resting
+    """Start Horovod again if it rests, or if `set_horovod_env` changed what it must start with; the seconds it took.
+
+    Every rank runs this first in every cell (and `%%hvd --timeline` before its cell), so a restart is collective.
+    """
+    global _resting, _started_with
+    if not _resting and any(os.environ.get(k) != v for k, v in _started_with.items()):
+        rest()  # no-op where the pool cannot rest, or where a rank is busy: then Horovod keeps its old settings
     if not _resting:
         return 0.0
     import horovod.torch as hvd
 
     t0 = time.perf_counter()
+    _started_with = {k: os.environ.get(k) for k in _RESTART_ON}
     hvd.init()
     _resting = False
     return time.perf_counter() - t0

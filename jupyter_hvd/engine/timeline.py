@@ -1,8 +1,11 @@
 """Horovod's dynamic timeline around one `%%hvd --timeline` cell.
 
-Imported on the engines only. The pool starts Horovod with HOROVOD_TIMELINE=DYNAMIC (Horovod's documented switch
-for `hvd.start_timeline`), so recording costs nothing until a cell asks for it. Rank 0 (Horovod's coordinator)
-writes the Chrome-trace file; every rank calls start and stop, as Horovod expects.
+Imported on the engines only. Horovod records a timeline only when HOROVOD_TIMELINE=DYNAMIC was set at hvd.init(),
+and merely enabling it cost about 27% of training throughput, so pools start without it. A timeline cell sets the
+variable and starts Horovod again on every rank (idle.wake(): shutdown, init, a few ms on CPU ranks); when the cell
+ends the variable is removed, and the next cell (or the idle rest) starts Horovod without it. Pools that cannot
+restart Horovod (idle.can_rest() false) need it from %hvd_start --timeline. Rank 0 (Horovod's coordinator) writes
+the Chrome-trace file; every rank calls start and stop, as Horovod expects.
 """
 
 from __future__ import annotations
@@ -12,14 +15,25 @@ import socket
 import time
 from typing import Any
 
+TIMELINE = "HOROVOD_TIMELINE"
+_switched_on = False  # this module set HOROVOD_TIMELINE for the running cell (the pool did not start with it)
+
 
 def start(path: str, mark_cycles: bool = False) -> None:
-    """Begin recording Horovod's timeline into `path` (rank 0 writes it)."""
+    """Begin recording Horovod's timeline into `path` (rank 0 writes it); every rank calls this at once."""
+    global _switched_on
     import horovod.torch as hvd
 
     from . import idle
 
-    idle.wake()  # Horovod may rest while the pool is idle
+    if not os.environ.get(TIMELINE):
+        idle.set_horovod_env({TIMELINE: "DYNAMIC"})
+        _switched_on = True
+    idle.wake()  # starts Horovod, with the timeline, where it rests or was started without it
+    if idle.horovod_env(TIMELINE) != "DYNAMIC":
+        why = "a thread of this rank (or another) still uses Horovod" if idle.can_rest() else "Horovod cannot restart"
+        stop_switch()
+        raise RuntimeError(f"Horovod could not be started again with its timeline on: {why}")
     if hvd.rank() == 0:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     hvd.start_timeline(path, mark_cycles=mark_cycles)
@@ -41,6 +55,7 @@ def stop(path: str, wait_s: float = 10.0) -> dict[str, Any]:
     import horovod.torch as hvd
 
     hvd.stop_timeline()
+    stop_switch()
     rank = hvd.rank()
     if rank != 0:
         return {"rank": rank}
@@ -50,6 +65,16 @@ def stop(path: str, wait_s: float = 10.0) -> dict[str, Any]:
         time.sleep(0.01)
     size = os.path.getsize(path) if os.path.exists(path) else 0
     return {"rank": 0, "path": path, "host": socket.gethostname(), "complete": _complete(path), "bytes": size}
+
+
+def stop_switch() -> None:
+    """Remove HOROVOD_TIMELINE if a timeline cell set it: the next cell starts Horovod without it (idle.wake())."""
+    global _switched_on
+    from . import idle
+
+    if _switched_on:
+        idle.set_horovod_env({TIMELINE: None})
+        _switched_on = False
 
 
 def read(path: str) -> str:

@@ -84,7 +84,8 @@ class HvdMagics(Magics):
     @argument(
         "--timeline",
         action="store_true",
-        help="allow %%%%hvd --timeline (Horovod's dynamic timeline costs about a quarter of CPU training throughput)",
+        help="only for pools with --cycle-time, --fusion-mb or autotuning: keep Horovod's timeline on for the pool's "
+        "life, for %%%%hvd --timeline (it costs about a quarter of training throughput); other pools need no flag",
     )
     def hvd_start(self, line: str) -> None:
         """Start an engine pool under MPI: one engine per rank, Horovod initialised, device pinned.
@@ -132,6 +133,8 @@ class HvdMagics(Magics):
             options.validate()
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        if options.timeline and "HOROVOD_TIMELINE" not in options.horovod_env():
+            print("--timeline is not needed: %%hvd --timeline works on this pool as it is (ignored).", flush=True)
         t0 = time.monotonic()
         print(f"Starting {options.np} ranks under mpiexec...", flush=True)
         pool = pools.Pool.start(options)

@@ -62,7 +62,7 @@ class PoolOptions:
     oversubscribe: bool = False
     cpu: bool = False
     fail_timeout: float = 10.0
-    timeline: bool = False
+    timeline: bool = False  # HOROVOD_TIMELINE=DYNAMIC for the pool's life, only where Horovod cannot restart
     rest_after_s: float | None = None  # None: REST_AFTER_CPU_S or REST_AFTER_GPU_S
     stall_check_s: int = 10
     hosts: str = ""  # -H server1:4,server2:4
@@ -109,10 +109,6 @@ class PoolOptions:
             # Horovod's stall inspector names the tensors a rank waits on; we read its report on failures.
             "HOROVOD_STALL_CHECK_TIME_SECONDS": str(self.stall_check_s),
         }
-        if self.timeline:
-            # Lets `%%hvd --timeline` call hvd.start_timeline() later. Off by default: merely enabled, it cost
-            # about 27% of training throughput here (bench/throughput.py, 2 CPU ranks).
-            env["HOROVOD_TIMELINE"] = "DYNAMIC"
         if self.cycle_time_ms is not None:
             env["HOROVOD_CYCLE_TIME"] = f"{self.cycle_time_ms:g}"
         if self.fusion_mb is not None:
@@ -122,6 +118,10 @@ class PoolOptions:
         if self.ops == "mpi":
             env["HOROVOD_GPU_OPERATIONS"] = "MPI"
         env.update(self.env)
+        if self.timeline and not idle.can_rest({**os.environ, **env}):
+            # `%%hvd --timeline` starts Horovod again with HOROVOD_TIMELINE=DYNAMIC for its cell only; a pool that
+            # cannot restart Horovod needs it from the start, at about 27% of training throughput (bench/throughput.py).
+            env.setdefault("HOROVOD_TIMELINE", "DYNAMIC")
         return env
 
 

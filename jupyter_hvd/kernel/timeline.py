@@ -155,16 +155,34 @@ def _on_ranks(pool: Pool, fn: Callable[..., Any], *args: Any) -> list[Any]:
     return pool.view.apply_async(fn, *args).get(timeout=60)
 
 
+# What keeps a pool from starting Horovod again (engine/idle.py), in the words of %hvd_start.
+_FIXED = {
+    "HOROVOD_CYCLE_TIME": "--cycle-time",
+    "HOROVOD_FUSION_THRESHOLD": "--fusion-mb",
+    "HOROVOD_AUTOTUNE": "autotuning",
+    "HOROVOD_DYNAMIC_PROCESS_SETS": "dynamic process sets",
+}
+
+
+def refusal(pool: Pool) -> str | None:
+    """Why `%%hvd --timeline` cannot run on this pool, with what to type instead; None when it can."""
+    env = {**os.environ, **pool.options.horovod_env()}
+    if env.get("HOROVOD_TIMELINE") == "DYNAMIC" or pool.can_rest():
+        return None
+    why = " and ".join(flag for key, flag in _FIXED.items() if env.get(key)) or "its settings"
+    return (
+        f"%%hvd --timeline needs Horovod started again with its timeline on, and this pool cannot do that: it uses "
+        f"{why} (Horovod 0.28.1 crashes when initialised again after those). Start the pool with the timeline on "
+        f"(it then costs about a quarter of training throughput while the pool lives): %hvd_stop, then %hvd_start "
+        f"with the same options plus --timeline."
+    )
+
+
 def _start(pool: Pool, path: str) -> None:
     try:
         _on_ranks(pool, engine_timeline.start, path)
     except ipp.error.CompositeError as exc:
         ename, evalue = exc.elist[0][0], exc.elist[0][1]
-        if "HOROVOD_TIMELINE" in str(evalue):
-            raise UsageError(
-                "Horovod's timeline is off in this pool (it slows training, so pools start without it). "
-                "Start the pool with it: %hvd_stop, then %hvd_start -np N --timeline."
-            ) from None
         raise UsageError(f"Could not start Horovod's timeline on the ranks: {ename}: {evalue}") from None
 
 
@@ -201,6 +219,9 @@ def _stop_and_show(pool: Pool, path: str, engines: list[int]) -> None:
 
 def record(pool: Pool, requested_path: str, run: Callable[[], Any]) -> Any:
     """Run `run()` (the cell) with Horovod's timeline recording, then print the summary under the cell."""
+    why_not = refusal(pool)
+    if why_not:
+        raise UsageError(why_not)
     path = trace_path(requested_path)
     engines = pool.engine_ids()
     with pool.lock:  # no rest request (engine/idle.py) may come between the start and the cell
