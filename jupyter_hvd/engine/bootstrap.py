@@ -30,6 +30,9 @@ def start(env: dict[str, str], device: str, channel_info: dict[str, Any]) -> dic
     from . import guards
 
     guards.install()  # hvd.init() pasted into a cell, or a cell that wraps an optimizer run twice, must be harmless
+    from . import pace
+
+    pace.install()  # compute and wait per training step, for the kernel's straggler check (after collectives)
     local_rank, local_size = hvd.local_rank(), hvd.local_size()
 
     if device == "auto" and torch.cuda.is_available():

@@ -59,6 +59,15 @@ def report(
         _start_publisher()
 
 
+def publish_pace(summary: dict[str, Any]) -> None:
+    """Send this rank's recent compute and wait per step (engine/pace.py) with the next batch of records."""
+    _pending.append({"t": time.time(), "m": {}, "pace": summary})
+    if not _wake.is_set():
+        _wake.set()
+    if _thread is None:
+        _start_publisher()
+
+
 def flush() -> int:
     """Publish every pending record now (the cell runner calls this as a cell ends); returns how many."""
     with _lock:

@@ -28,6 +28,7 @@ from .channel import ChannelError
 from .errors import CellFailed, group_errors
 from .pool import Pool
 from .ranks import format_ranks
+from .straggler import StragglerDetector
 
 GRACE_S = 1.0  # after a first error, how long other ranks may take to end (or raise the same error) by themselves
 TICK_S = 0.25  # liveness checks while waiting: engine processes, mpiexec
@@ -120,6 +121,7 @@ class CellRun:
         self.lost: str | None = None  # what happened to the pool, when it had to be restarted or was stopped
         self._started = time.monotonic()
         self._shown_running = False
+        self.pace = StragglerDetector()  # which rank computes longest per step (kernel/straggler.py)
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
@@ -144,6 +146,7 @@ class CellRun:
         with self.pool.lock:
             first_line = next((ln for ln in self.source.splitlines() if ln.strip()), "")
             self.pool.set_state("running", first_line[:120], publish=False)
+            self.pool.straggler = None
             try:
                 self._loop()
             finally:
@@ -287,8 +290,28 @@ class CellRun:
                     stats["step"] = record["step"]
                 if isinstance(record.get("m"), dict) and record["m"].get("loss") is not None:
                     stats["loss"] = record["m"]["loss"]
+                if isinstance(record.get("pace"), dict):
+                    self._note_pace(rank, record["pace"])
         if stats:
             self.pool.update_rank_stats({rank: stats}, publish=False)
+
+    def _note_pace(self, rank: int, pace: dict[str, Any]) -> None:
+        """A rank's recent compute and wait per step (engine/pace.py): into the pool file; a straggler is named
+        under the cell, in the pool file and in the live view's status line."""
+        changed = self.pace.add(rank, pace.get("compute_ms", 0.0), pace.get("wait_ms", 0.0), time.monotonic())
+        self.pool.update_rank_stats({rank: self.pace.stats()[rank]}, publish=False)
+        if not changed:
+            if self.pace.straggler is not None:
+                self.pool.straggler = self.pace.straggler  # its ratio follows the latest means
+            return
+        self.pool.straggler = self.pace.straggler
+        message = self.pace.straggler["message"] if self.pace.straggler else None
+        if message:
+            print(f"jupyter-hvd: {message}.", file=sys.stderr, flush=True)
+        note = getattr(self.options.live, "straggler", None)
+        if callable(note):
+            note(message)
+        self.pool.publish()
 
     def _finished(self, run: _RankRun, record: dict[str, Any]) -> None:
         run.record = record

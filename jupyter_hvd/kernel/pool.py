@@ -206,6 +206,7 @@ class Pool:
         self._pool_state = "starting"
         self._idle_since = time.monotonic()
         self.resting = False  # Horovod is stopped on every rank until the next cell (engine/idle.py)
+        self.straggler: dict[str, Any] | None = None  # the rank that set the pace of the running or last cell
         self._processes: list[dict[str, Any]] = []
         self._identity = state.kernel_identity()
         self.watcher: PoolWatcher | None = None
@@ -642,6 +643,7 @@ class Pool:
                     "processes": self._processes,
                     "cell": self.busy_cell,
                     "resting": self.resting,
+                    "straggler": self.straggler,
                     **self._identity,
                 },
             )

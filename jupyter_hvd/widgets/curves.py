@@ -63,6 +63,7 @@ class Curves:
         self._steps: deque[tuple[float, float]] = deque()
         self.steps_reported = False  # once report() gives steps, printed step numbers no longer move the status
         self.changed = False
+        self.straggler: str | None = None  # the rank that sets the pace, named by the cell runner (kernel/straggler.py)
 
     # ---- intake --------------------------------------------------------------------------------------------
 

@@ -115,6 +115,12 @@ class LiveView:
                 self._note(f"report() values from rank {rank} could not be plotted ({type(exc).__name__}: {exc})")
         self._dirty.set()
 
+    def straggler(self, message: str | None) -> None:
+        """The rank that sets the pace (or None once the ranks are even again), for the status line."""
+        with self._lock:
+            self.curves.straggler = message
+        self._dirty.set()
+
     def tick(self) -> None:
         """Called by the cell runner while the cell runs: a silent cell gets its view once it runs a while."""
         if self.widget is None and time.time() - self.started >= SHOW_AFTER_S:
@@ -162,6 +168,7 @@ class LiveView:
             "elapsed": (self.ended or time.time()) - self.started,
             "eta": c.eta_seconds() if self.state == "running" else None,
             "latest": {k: v for k, v in c.latest.items() if v == v},
+            "straggler": c.straggler,
         }
 
     def status_text(self) -> str:
@@ -174,6 +181,8 @@ class LiveView:
         if s["samples_per_s"]:
             bits.append(f"{s['samples_per_s']:,.0f} samples/s")
         bits.append(f"{s['elapsed']:.1f} s")
+        if s["straggler"]:
+            bits.append(s["straggler"])
         return " · ".join(bits)
 
     # ---- sending -------------------------------------------------------------------------------------------

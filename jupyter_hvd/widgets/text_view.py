@@ -44,6 +44,10 @@ class TextView:
         """A batch of `report()` records from `rank`."""
         self.curves.add_reports(rank, data)
 
+    def straggler(self, message: str | None) -> None:
+        """The rank that sets the pace: the cell runner prints it under the cell; kept for the final status."""
+        self.curves.straggler = message
+
     def tick(self) -> None:
         """Nothing to do while the cell runs: text is written as it arrives."""
 
@@ -55,4 +59,6 @@ class TextView:
         state = "finished" if ok else "stopped (error or interrupt)"
         step = f" · step {self.curves.step:g}" if self.curves.step is not None else ""
         status = f"{state} · {self.ranks} ranks{step} · {time.time() - self.started:.1f} s"
+        if self.curves.straggler:
+            status += f" · {self.curves.straggler}"
         display(fallback_bundle(self.curves.curves, self.plots, status, [], 0), raw=True)

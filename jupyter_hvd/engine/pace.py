@@ -1,0 +1,118 @@
+"""How this rank spends a training step: computing, or waiting in a collective for the other ranks.
+
+In data-parallel training the slowest rank sets the pace: the others wait for it in every gradient allreduce. A step
+is the interval between two successive waits for gradient synchronisation (a DistributedOptimizer's synchronize(),
+which step() calls) or two successive blocking collectives (hvd.allreduce(...), any hvd.synchronize(handle)) of the
+cell's thread; compute is the time between waits, wait the time inside one. Means over about `SEND_EVERY_S` go to
+the kernel with the report() records (engine/report.py), where kernel/straggler.py names a rank that computes much
+longer per step than the others.
+
+A light wrap, not Horovod's timeline: two clock reads and a few additions per step (see bench/pace_overhead.py).
+On GPUs, compute is what the Python thread does; GPU kernels still running when it waits count as wait.
+Imported on the engines only.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+SEND_EVERY_S = 0.5  # means over this much training go to the kernel
+
+_main = threading.main_thread().ident
+_clock = time.perf_counter
+_inside = False  # the main thread is inside an optimizer's synchronize(): its per-tensor waits are one wait
+_cell: Any = None  # the cell the sums below belong to
+_last_end: float | None = None  # when the main thread's last wait ended (None: no step yet in this cell)
+_compute = 0.0
+_wait = 0.0
+_steps = 0
+_window_start = 0.0
+_installed = False
+
+
+def install() -> None:
+    """Time the main thread's waits in Horovod's synchronize and in DistributedOptimizer.synchronize. Idempotent.
+
+    Call before any DistributedOptimizer is made: Horovod copies the optimizer class's methods when it wraps one.
+    """
+    global _installed
+    if _installed:
+        return
+    from horovod.torch import mpi_ops
+    from horovod.torch import optimizer as hvd_optimizer
+
+    current = mpi_ops.synchronize
+    wrapped = _timed_wait(current)
+    for name, module in list(sys.modules.items()):  # modules that imported synchronize by name hold their own copy
+        if name.startswith("horovod.torch") and getattr(module, "synchronize", None) is current:
+            module.synchronize = wrapped
+    for cls in (hvd_optimizer._DistributedOptimizer, hvd_optimizer._DistributedAdasumOptimizer):
+        cls.synchronize = _timed_optimizer_sync(cls.synchronize)
+    _installed = True
+
+
+def _timed_wait(real: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(real)
+    def synchronize(handle: Any) -> Any:
+        if _inside or threading.get_ident() != _main:
+            return real(handle)
+        start = _clock()
+        try:
+            return real(handle)
+        finally:
+            _step(start, _clock())
+
+    return synchronize
+
+
+def _timed_optimizer_sync(real: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(real)
+    def synchronize(self: Any) -> Any:
+        global _inside
+        if _inside or threading.get_ident() != _main:
+            return real(self)
+        _inside = True
+        start = _clock()
+        try:
+            return real(self)
+        finally:
+            _inside = False
+            _step(start, _clock())
+
+    return synchronize
+
+
+def _step(start: float, end: float) -> None:
+    """One wait of the main thread ended: the time since the last one was compute."""
+    global _cell, _last_end, _compute, _wait, _steps, _window_start
+    cell = _running_cell()
+    if cell != _cell:  # a new cell: the time between cells is no step
+        _cell, _last_end, _compute, _wait, _steps, _window_start = cell, None, 0.0, 0.0, 0, start
+    if cell is None:
+        return
+    if _last_end is not None:
+        _compute += start - _last_end
+        _wait += end - start
+        _steps += 1
+    _last_end = end
+    if _steps and end - _window_start >= SEND_EVERY_S:
+        _send({"compute_ms": _compute / _steps * 1e3, "wait_ms": _wait / _steps * 1e3, "steps": _steps})
+        _compute, _wait, _steps, _window_start = 0.0, 0.0, 0, end
+
+
+def _running_cell() -> Any:
+    from . import channel
+
+    ch = channel._channel  # the engine's one channel; None outside a pool (then nothing is measured)
+    return ch.cell if ch is not None else None
+
+
+def _send(summary: dict[str, Any]) -> None:
+    from . import report
+
+    report.publish_pace(summary)

@@ -1,0 +1,149 @@
+"""The straggler named: a rank that computes much longer per step than the others, for 10 s.
+
+Unit tests of the detector (kernel/straggler.py), then 2 real CPU ranks: rank 1 sleeps 30 ms in each step of a
+DistributedOptimizer loop and is named in the pool file and under the cell; an even run names nobody.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from jupyter_hvd.kernel.straggler import HOLD_S, StragglerDetector
+
+
+def _feed(d: StragglerDetector, t: float, paces: dict[int, tuple[float, float]]) -> bool:
+    changed = False
+    for rank, (compute, wait) in paces.items():
+        changed |= d.add(rank, compute, wait, t)
+    return changed
+
+
+def test_a_slow_rank_is_named_after_it_stays_slow_for_the_hold_time():
+    d = StragglerDetector()
+    t = 0.0
+    while t < HOLD_S - 0.5:
+        assert not _feed(d, t, {0: (10.0, 30.0), 1: (40.0, 1.0), 2: (11.0, 29.0)}), t
+        assert d.straggler is None
+        t += 0.5
+    t += 0.5
+    assert _feed(d, t, {0: (10.0, 30.0), 1: (40.0, 1.0), 2: (11.0, 29.0)})
+    assert d.straggler is not None and d.straggler["rank"] == 1
+    assert abs(d.straggler["ratio"] - 40 / 10.5) < 1e-9
+    assert d.straggler["message"] == "rank 1 is the straggler: 3.8x the others' compute per step"
+    assert d.stats()[0] == {"compute_ms": 10.0, "wait_ms": 30.0}
+
+
+def test_even_ranks_and_small_or_short_differences_name_nobody():
+    d = StragglerDetector()
+    for i in range(60):  # 30 s: 1.2x is below the threshold, 0.5 ms gaps are noise
+        _feed(d, i * 0.5, {0: (10.0, 2.0), 1: (12.0, 1.0)})
+    assert d.straggler is None
+    tiny = StragglerDetector()
+    for i in range(60):
+        _feed(tiny, i * 0.5, {0: (0.4, 0.1), 1: (0.9, 0.0)})  # 2.2x, but half a millisecond
+    assert tiny.straggler is None
+    bursty = StragglerDetector()
+    for i in range(60):  # slow for 5 s, even for 5 s, again and again: never 10 s in a row
+        slow = (i // 10) % 2 == 0
+        _feed(bursty, i * 0.5, {0: (10.0, 5.0), 1: (30.0 if slow else 10.0, 1.0)})
+    assert bursty.straggler is None
+
+
+def test_the_straggler_is_cleared_after_the_ranks_are_even_for_the_hold_time():
+    d = StragglerDetector()
+    for i in range(25):
+        _feed(d, i * 0.5, {0: (10.0, 20.0), 1: (30.0, 0.0)})
+    assert d.straggler and d.straggler["rank"] == 1
+    t0 = 25 * 0.5
+    for i in range(19):
+        _feed(d, t0 + i * 0.5, {0: (10.0, 1.0), 1: (10.5, 1.0)})
+    assert d.straggler is not None  # even for 9 s only
+    assert _feed(d, t0 + 10.0, {0: (10.0, 1.0), 1: (10.5, 1.0)})
+    assert d.straggler is None
+
+
+def test_a_rank_that_stopped_sending_is_left_out():
+    d = StragglerDetector()
+    d.add(1, 50.0, 0.0, 0.0)
+    for i in range(30):
+        d.add(0, 10.0, 1.0, 5.0 + i * 0.5)  # rank 1's cell ended at 0 s
+    assert d.straggler is None and d.slowest(20.0) is None
+
+
+TRAIN = """
+import time
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                               named_parameters=model.named_parameters())
+x, y = torch.randn(64, 32), torch.randint(0, 4, (64,))
+
+
+def train_step():
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    if rank == SLOW:
+        time.sleep(0.03)
+    opt.step()
+
+
+t0 = time.monotonic()
+for _ in range(20):
+    train_step()
+# Every rank must run as many steps: rank 0 decides how many fill SECONDS.
+steps = hvd.broadcast_object(int(SECONDS * 20 / (time.monotonic() - t0)), root_rank=0)
+for _ in range(steps):
+    train_step()
+"""
+
+
+def _run(ip, pool, slow: int, seconds: float) -> tuple[str, float]:
+    from jupyter_hvd import state
+
+    named_at: list[float] = []
+    t0 = time.monotonic()
+    done = False
+
+    def watch() -> None:  # the pool file, as the sidebar reads it, while the cell runs
+        while not done:
+            data = state.read_pool(pool.state_file) or {}
+            if data.get("state") == "running" and data.get("straggler") and not named_at:
+                named_at.append(time.monotonic() - t0)
+            time.sleep(0.1)
+
+    import threading
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        ip.run_cell_magic("hvd", "", TRAIN.replace("SECONDS", str(seconds)).replace("SLOW", str(slow)))
+    finally:
+        done = True
+        thread.join()
+    return (named_at[0] if named_at else float("nan")), t0
+
+
+def test_the_slow_rank_is_named_in_the_pool_file_and_under_the_cell(ip, pool, capsys):
+    named_after, _ = _run(ip, pool, slow=1, seconds=14)
+    err = capsys.readouterr().err
+    m = re.search(r"jupyter-hvd: rank 1 is the straggler: ([\d.]+)x the others' compute per step", err)
+    assert m, err
+    assert float(m.group(1)) >= 1.3
+    # Named HOLD_S (10 s) after both ranks' first means reached the kernel; the cell started 1-2 s before.
+    assert named_after <= HOLD_S + 4, named_after
+    data = json.loads(pool.state_file.read_text())
+    assert data["straggler"]["rank"] == 1, data["straggler"]
+    ranks = {r["rank"]: r for r in data["ranks"]}
+    assert ranks[1]["compute_ms"] >= 30 > ranks[0]["compute_ms"], ranks
+    assert ranks[0]["wait_ms"] >= 20 > ranks[1]["wait_ms"], ranks  # rank 0 waits for rank 1 at each step
+    print(f"named after {named_after:.1f} s")
+
+
+def test_an_even_run_names_nobody(ip, pool, capsys):
+    named_after, _ = _run(ip, pool, slow=-1, seconds=13)
+    assert "straggler" not in capsys.readouterr().err
+    data = json.loads(pool.state_file.read_text())
+    assert data["straggler"] is None and named_after != named_after  # NaN: never named
+    assert all(r["compute_ms"] is not None for r in data["ranks"])
