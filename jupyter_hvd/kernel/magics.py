@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ipyparallel.serialize import serialize_object
 from IPython.core.error import UsageError
 from IPython.core.inputtransformer2 import TransformerManager
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -15,6 +14,7 @@ from ..widgets import view_for_cell
 from . import pool as pools
 from . import slurm
 from . import timeline as hvd_timeline
+from . import transfer as hvd_transfer
 from .cell import CellOptions, run_cell
 from .ranks import parse_ranks
 
@@ -182,46 +182,51 @@ class HvdMagics(Magics):
         return run_cell(pool, source, options)
 
     @line_magic
+    @magic_arguments()
+    @argument("names", nargs="*", help="notebook variables to send (functions, classes, models and tensors too)")
+    @argument(
+        "--timeout", type=float, default=None, metavar="S", help="seconds to wait (default: the pool's --timeout)"
+    )
     def hvd_push(self, line: str) -> None:
-        """%hvd_push NAME [NAME ...]: send notebook variables to every rank (same names there)."""
+        """%hvd_push NAME [NAME ...]: send notebook variables to every rank (same names there), by value.
+
+        Functions, lambdas, closures and classes defined in the notebook travel with their code; tensors and arrays
+        without copies. A value that cannot be sent is named with the reason, and nothing is sent.
+        """
+        args = parse_argstring(self.hvd_push, line)
         pool = require_pool()
-        names = line.split()
+        names = args.names
         if not names:
             raise UsageError("Name the variables to send: %hvd_push model_config lr")
         missing = [n for n in names if n not in self.shell.user_ns]
         if missing:
             raise UsageError(f"Not defined in this notebook: {', '.join(missing)}")
-        values = {n: self.shell.user_ns[n] for n in names}
-        for name, value in values.items():
-            try:
-                serialize_object(value)  # ipyparallel's own serializer: functions and lambdas can travel
-            except Exception as exc:
-                raise UsageError(
-                    f"{name} cannot be sent to the ranks: it cannot be pickled ({type(exc).__name__}: {exc}). "
-                    "Create it inside a %%hvd cell instead, or send the data it is built from."
-                ) from None
-        assert pool.view is not None
-        pool.view.push(values, block=True)
+        try:
+            hvd_transfer.push(pool, {n: self.shell.user_ns[n] for n in names}, args.timeout)
+        except hvd_transfer.TransferError as exc:
+            raise UsageError(str(exc)) from None
 
     @line_magic
     @magic_arguments()
     @argument("name", help="variable to fetch from the ranks' namespace")
     @argument("--rank", type=int, default=0, help="which rank to fetch it from (default 0)")
+    @argument(
+        "--timeout", type=float, default=None, metavar="S", help="seconds to wait (default: the pool's --timeout)"
+    )
     def hvd_pull(self, line: str) -> Any:
-        """Fetch a variable from one rank (default rank 0) into the notebook, under the same name."""
+        """Fetch a variable from one rank (default rank 0) into the notebook, under the same name, by value.
+
+        Objects of classes defined in %%hvd cells (models included) arrive with their class. A big value's size is
+        shown before it moves. A failure, a dead or stopped rank, or Ctrl-C leaves the notebook unchanged.
+        """
         args = parse_argstring(self.hvd_pull, line)
         pool = require_pool()
         if not 0 <= args.rank < len(pool.ranks):
             raise UsageError(f"--rank {args.rank}: the pool has ranks 0-{len(pool.ranks) - 1}")
-        assert pool.client is not None
-        view = pool.client[pool.ranks[args.rank].engine_id]
         try:
-            value = view.pull(args.name, block=True)
-        except Exception as exc:
-            ename = getattr(exc, "ename", type(exc).__name__)
-            if ename == "NameError":
-                raise UsageError(f"{args.name} is not defined on rank {args.rank}") from None
-            raise UsageError(f"Could not fetch {args.name} from rank {args.rank}: {ename}: {exc}") from None
+            value = hvd_transfer.pull(pool, args.name, args.rank, args.timeout)
+        except hvd_transfer.TransferError as exc:
+            raise UsageError(str(exc)) from None
         self.shell.user_ns[args.name] = value
 
     @line_magic

@@ -1,0 +1,194 @@
+"""`%hvd_push` and `%hvd_pull`: notebook values to every rank and back, by value, with every wait bounded.
+
+Runs in the user's kernel. Values are serialised by `engine/transfer.py` (cloudpickle, protocol 5 buffers) and cross
+ipyparallel as raw bytes and frames only: ipyparallel's IO thread never has to rebuild a user's class (a class it
+could not rebuild there left the pull waiting forever and wedged the kernel). Values are rebuilt here, on the
+kernel's main thread, where a failure becomes one clear line. Waits poll in short slices, so a Ctrl-C lands within
+a fraction of a second, and a rank that dies or is stopped is named at once; the pool's --timeout bounds the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import ipyparallel as ipp
+
+from ..engine import transfer as wire
+from .pool import Pool
+from .ranks import format_ranks
+
+ANNOUNCE_BYTES = 50 * 1024 * 1024  # transfers above this say their size before they start
+SLICE_S = 0.1  # a wait checks the ranks' health (and lets a Ctrl-C land) this often
+
+# Why a value cannot be pickled, in the user's words, by what pickle names in its message.
+_WHY = {
+    "_thread.lock": "it holds a thread lock",
+    "_thread.RLock": "it holds a thread lock",
+    "_thread._local": "it holds thread-local state",
+    "generator": "it is a generator (a running function's state)",
+    "coroutine": "it is a coroutine",
+    "_io.": "it holds an open file",
+    "socket": "it holds a socket",
+    "SSLContext": "it holds an SSL context",
+    "Connection": "it holds a connection",
+    "frame": "it holds a stack frame",
+    "module": "it is or holds a module",
+}
+
+
+class TransferError(Exception):
+    """A push or pull that could not complete; the message is one line for the user (nothing was changed)."""
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc)
+    for key, why in _WHY.items():
+        if key in text:
+            return why
+    return "it cannot be pickled"
+
+
+def size_text(n: int) -> str:
+    """`n` bytes for people: 412 MB, 3.1 GB, 12 KB."""
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}" if n < 10 * scale else f"{n / scale:.0f} {unit}"
+    return f"{n} bytes"
+
+
+def _forget_result(client: ipp.Client, ar: ipp.AsyncResult) -> None:
+    """Drop a finished request's result from the client's cache (it would keep a pulled tensor's frames alive)."""
+
+    def drop(_: Any) -> None:
+        for msg_id in ar.msg_ids:
+            client.results.pop(msg_id, None)
+
+    ar.add_done_callback(drop)
+
+
+def wait(pool: Pool, ar: ipp.AsyncResult, ranks: list[int], what: str, timeout: float) -> list[Any]:
+    """The results of `ar` (one per rank of `ranks`, in order), waiting at most `timeout` seconds.
+
+    Raises TransferError naming the ranks that died, are stopped (SIGSTOP) or did not answer in time, and
+    KeyboardInterrupt (from the user's Ctrl-C) within SLICE_S; the request is then left to finish on its own.
+    """
+    assert pool.client is not None
+    _forget_result(pool.client, ar)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            results = ar.get(timeout=SLICE_S)
+            return results if isinstance(results, list) and len(ranks) > 1 else [results]
+        except TimeoutError:
+            pass
+        except ipp.error.CompositeError as exc:
+            ename, evalue = exc.elist[0][0], exc.elist[0][1]
+            raise TransferError(f"{what} failed on the ranks: {ename}: {evalue}") from None
+        except ipp.error.RemoteError as exc:
+            raise TransferError(f"{what} failed on the ranks: {exc.ename}: {exc.evalue}") from None
+        except ipp.error.EngineError as exc:
+            raise TransferError(
+                f"{what} failed: an engine stopped ({exc}). Restart the pool with %hvd_restart."
+            ) from None
+        waiting = [r for r, mid in zip(ranks, ar.msg_ids, strict=True) if mid in pool.client.outstanding]
+        dead = sorted(set(waiting) & set(pool.dead_ranks()))
+        if dead:
+            raise TransferError(
+                f"{what} failed: {format_ranks(dead)} died ({pool.death_report()}). Restart the pool with %hvd_restart."
+            )
+        frozen = sorted(set(waiting) & set(pool.frozen_ranks()))
+        if frozen:
+            pids = " ".join(str(pool.ranks[r].pid) for r in frozen)
+            raise TransferError(
+                f"{what} did not finish: {format_ranks(frozen)} {'is' if len(frozen) == 1 else 'are'} stopped "
+                f"(SIGSTOP or Ctrl-Z) and run{'s' if len(frozen) == 1 else ''} nothing. "
+                f"Resume it with `kill -CONT {pids}`, or %hvd_restart."
+            )
+        if time.monotonic() > deadline:
+            raise TransferError(
+                f"{what} did not finish within {timeout:g} s: {format_ranks(waiting or ranks)} did not answer "
+                "(busy, or stuck). Try again with a longer --timeout, or %hvd_restart."
+            )
+
+
+def _serialise(name: str, value: Any) -> tuple[bytes, list[memoryview]]:
+    try:
+        return wire.dumps(value)
+    except Exception as exc:
+        raise TransferError(
+            f"{name} cannot be sent to the ranks: {_why(exc)} ({type(exc).__name__}: {exc}). "
+            "Create it inside a %%hvd cell instead, or send the data it is built from."
+        ) from None
+
+
+def push(pool: Pool, values: dict[str, Any], timeout: float | None = None) -> int:
+    """Send `values` (name -> value) to every rank, bound to the same names there; the bytes sent per rank.
+
+    Every value is serialised before anything is sent, so a value that cannot go stops the push with nothing sent.
+    Raises TransferError (one line) and KeyboardInterrupt; waits at most `timeout` (default: the pool's --timeout).
+    """
+    assert pool.view is not None
+    names, headers, counts, buffers = [], [], [], []
+    for name, value in values.items():
+        header, bufs = _serialise(name, value)
+        names.append(name)
+        headers.append(header)
+        counts.append(len(bufs))
+        buffers += bufs
+    total = sum(len(h) for h in headers) + sum(b.nbytes for b in buffers)
+    ranks = [r.rank for r in pool.ranks]
+    what = f"Pushing {', '.join(names)}"
+    if total > ANNOUNCE_BYTES:
+        print(f"pushing {', '.join(names)} to {len(ranks)} ranks: {size_text(total)} each...", flush=True)
+    ar = pool.view.apply_async(wire.receive, names, headers, counts, *buffers)
+    try:
+        outcomes = wait(pool, ar, ranks, what, pool.options.timeout if timeout is None else timeout)
+    except KeyboardInterrupt:
+        raise TransferError(
+            f"Interrupted: some ranks may not have {', '.join(names)} yet (the push was still running). "
+            "Push again to be sure."
+        ) from None
+    failed = [(r, o) for r, o in zip(ranks, outcomes, strict=True) if not o.get("ok")]
+    if failed:
+        o = failed[0][1]
+        raise TransferError(
+            f"{o['name']} could not be rebuilt on {format_ranks([r for r, _ in failed])} ({o['ename']}: "
+            f"{o['evalue']}); no name was changed there. Import what it needs in a %%hvd cell first."
+        )
+    return total
+
+
+def pull(pool: Pool, name: str, rank: int = 0, timeout: float | None = None) -> Any:
+    """The value of `name` on `rank`, rebuilt in this kernel.
+
+    Asks the rank for the size first and prints it when the transfer is big. Raises TransferError (one line, the
+    notebook unchanged) and KeyboardInterrupt; each step waits at most `timeout` (default: the pool's --timeout).
+    """
+    assert pool.client is not None
+    limit = pool.options.timeout if timeout is None else timeout
+    engine = pool.client[pool.ranks[rank].engine_id]
+    where = f"rank {rank}"
+    what = f"Pulling {name} from {where}"
+    try:
+        info = wait(pool, engine.apply_async(wire.stage, name), [rank], what, limit)[0]
+        if not info["ok"]:
+            if info["ename"] == "NameError":
+                raise TransferError(f"{name} is not defined on {where}")
+            raise TransferError(
+                f"{name} cannot be fetched from {where}: {_why(Exception(info['evalue']))} "
+                f"({info['ename']}: {info['evalue']})"
+            )
+        if info["nbytes"] > ANNOUNCE_BYTES:
+            print(f"pulling {name} from {where}: {size_text(info['nbytes'])}...", flush=True)
+        frames = wait(pool, engine.apply_async(wire.take), [rank], what, limit)[0]
+    except KeyboardInterrupt:
+        raise TransferError(f"Interrupted: {name} was not pulled from {where}; the notebook is unchanged.") from None
+    header, *buffers = frames
+    try:
+        return wire.loads(header, buffers)
+    except Exception as exc:
+        raise TransferError(
+            f"{name} arrived from {where} but cannot be rebuilt in the notebook ({type(exc).__name__}: {exc}). "
+            "Import what it needs here first, or pull plain data (e.g. model.state_dict())."
+        ) from None
