@@ -10,7 +10,15 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = ["pool_bench.py", "throughput.py", "allreduce.py", "knobs.py", "gpu.py", "failure_latency.py"]
+BENCHES = [
+    "pool_bench.py",
+    "throughput.py",
+    "allreduce.py",
+    "knobs.py",
+    "gpu.py",
+    "failure_latency.py",
+    "timeline_cost.py",
+]
 
 if __name__ == "__main__":
     failed = []
