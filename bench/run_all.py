@@ -18,6 +18,7 @@ BENCHES = [
     "gpu.py",
     "failure_latency.py",
     "timeline_cost.py",
+    "transfer.py",
 ]
 
 if __name__ == "__main__":
