@@ -26,7 +26,8 @@ import zmq
 from .. import wire
 from . import idle, runner
 
-FLUSH_S = 0.05  # output written during a cell reaches the kernel within this
+# Output after a quiet spell leaves at once (leading edge); under load one message per stream per FLUSH_S at most.
+FLUSH_S = 0.02
 _channel: Channel | None = None
 
 
@@ -99,8 +100,10 @@ class Channel:
         with self._send_lock:
             self._events.send_multipart(frames)
 
+    _sent_at = 0.0  # when output last left (monotonic): the throttle's leading edge is FLUSH_S after it
+
     def write(self, name: str, text: str) -> None:
-        """Queue cell output; the flusher thread sends it within FLUSH_S."""
+        """Queue cell output; the flusher thread sends it at once after a quiet spell, else within FLUSH_S."""
         self._text[name].append(text)
         if not self._wake.is_set():
             self._wake.set()
@@ -113,14 +116,18 @@ class Channel:
                     n = len(parts)  # other threads may append meanwhile: take what is there now
                     text = "".join(parts[:n])
                     del parts[:n]
+                    self._sent_at = time.monotonic()
                     self.send(("stream", self.rank, self.cell, name, text))
 
     def _flush_loop(self) -> None:
         while True:
             self._wake.wait()
-            time.sleep(FLUSH_S)  # what the next writes add goes in the same message
-            self._wake.clear()
             try:
+                # A print's "\n" is written right after its text, before this thread gets the GIL: one message.
+                delay = self._sent_at + FLUSH_S - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)  # under load: what the next writes add goes in the same message
+                self._wake.clear()
                 self.send_output()
             except Exception:  # the engine is shutting down
                 return
@@ -175,7 +182,7 @@ class _CellText:
         return len(text)
 
     def flush(self) -> None:
-        pass  # the flusher thread sends within FLUSH_S; a training loop's flush=True must not wait for the network
+        pass  # the flusher thread sends at once or within FLUSH_S; a loop's flush=True must not wait for the network
 
 
 def _interruptible(fn: Any, *args: Any) -> Any:

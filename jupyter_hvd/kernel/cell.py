@@ -62,28 +62,47 @@ class CellOptions:
 class OutputRouter:
     """Writes engine output into the notebook cell: rank 0 raw (so `\\r` progress bars work), others prefixed."""
 
+    # ipykernel's OutStream sends what was written 0.2 s after the first write. Here a line after a quiet spell is
+    # flushed at once (leading edge); under load the stream's own timer sends every THROTTLE_S at most.
+    THROTTLE_S = 0.02
+
     def __init__(self, show_ranks: list[int]) -> None:
         self.prefix = len(show_ranks) > 1 or show_ranks != [0]
         self._partial: dict[tuple[int, str], str] = {}
         self._wrote = False
+        self._flushed_at: dict[str, float] = {}
+        self._intervals: dict[Any, Any] = {}  # stream -> its own flush_interval, put back by close()
 
     def feed(self, rank: int, name: str, text: str) -> None:
         out = sys.stderr if name == "stderr" else sys.stdout
         self._wrote = True
         if not self.prefix:
-            out.write(text)
+            self._write(name, out, text)
             return
         buf = self._partial.get((rank, name), "") + text
         *lines, rest = buf.split("\n")
         self._partial[(rank, name)] = rest
         if lines:
-            out.write("".join(f"[rank {rank}] {line}\n" for line in lines))
+            self._write(name, out, "".join(f"[rank {rank}] {line}\n" for line in lines))
+
+    def _write(self, name: str, out: Any, text: str) -> None:
+        if out not in self._intervals and isinstance(getattr(out, "flush_interval", None), float):
+            self._intervals[out] = out.flush_interval
+            out.flush_interval = self.THROTTLE_S
+        out.write(text)
+        now = time.monotonic()
+        if now - self._flushed_at.get(name, 0.0) >= self.THROTTLE_S:
+            self._flushed_at[name] = now
+            out.flush()  # waits for the kernel's IO thread (~1 ms); at most once per THROTTLE_S
 
     def close(self) -> None:
         for (rank, name), rest in self._partial.items():
             if rest:
                 (sys.stderr if name == "stderr" else sys.stdout).write(f"[rank {rank}] {rest}\n")
         self._partial.clear()
+        for out, interval in self._intervals.items():
+            out.flush_interval = interval
+        self._intervals.clear()
         if self._wrote:  # output before the cell's error message; a flush waits for the kernel's IO thread (~1 ms)
             sys.stdout.flush()
             sys.stderr.flush()

@@ -1,8 +1,9 @@
 """The live training view of a running `%%hvd` cell: status line, loss plot and rank-0 log, in one widget.
 
 Runs in the user's kernel. The cell runner calls `output()`, `metrics()` and `close()` on the kernel's main
-thread; they only update in-memory buffers. A flusher thread sends what changed to the front end at most
-`UPDATES_PER_S` times a second, as one custom message carrying only new lines and new points (binary).
+thread; they only update in-memory buffers. A flusher thread sends what changed to the front end (a change after
+a quiet spell at once, at most `UPDATES_PER_S` times a second under load), as one custom message carrying only new
+lines and new points (binary).
 When the cell ends, a static copy (curves as SVG, status, log tail) is displayed next to the widget, for
 front ends without widgets (nbconvert, a reopened notebook); the widget's CSS hides it where the widget runs.
 """
@@ -188,19 +189,24 @@ class LiveView:
     # ---- sending -------------------------------------------------------------------------------------------
 
     def _flush_loop(self) -> None:
+        # Leading edge: a change after a quiet spell is sent at once; under load one update per interval at most.
         interval = 1.0 / UPDATES_PER_S
+        sent_at = 0.0
         while not self._closed:
             self._dirty.wait()
             if self._closed:
                 return
+            delay = sent_at + interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)  # coalesce: whatever arrives meanwhile goes into this update
             self._dirty.clear()
             with self._lock:
                 update = self._take_update()
+            sent_at = time.monotonic()
             try:
                 self._send(update)
             except Exception:
                 return  # the comm is gone; close() still writes the static copy
-            time.sleep(interval)  # coalesce: whatever arrives meanwhile goes into the next update
 
     def _take_update(self, full: bool = False) -> tuple[dict[str, Any], list[bytes]]:
         """The next message: new points per curve (x and y as float64 buffers), new log lines, the status."""
