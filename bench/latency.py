@@ -1,0 +1,177 @@
+"""How late a line printed on rank 0 reaches the notebook, and what a flood of output costs the kernel.
+
+A real kernel (jupyter_client, the front end's place) and a real 2-rank pool on this machine. Rank 0 prints its
+wall-clock time every 50 ms; the bench stamps each IOPub message on arrival and subtracts (one host, one clock):
+
+- text view (JUPYTER_HVD_LIVE_VIEW=text): `stream` messages;
+- widget view (JUPYTER_HVD_LIVE_VIEW=widget): the live view's `comm_msg` updates, log lines decoded;
+- ipyparallel's `%%px --stream --targets 0` on the same engines, in the same run, as the reference.
+
+Then a flood: rank 0 prints a million lines, in each view: IOPub messages per second while it runs, and how much the
+kernel's memory (RSS) grew.
+
+Prints a table and writes bench/results/latency.json.
+Usage: python bench/latency.py [--lines 200] [--flood 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import queue
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import report, setup_env, summary
+
+from jupyter_hvd.testing import Kernel
+
+STAMPS = re.compile(r"LAT (\d+\.\d+)")
+TICKER = """{magic}
+import os, time
+for i in range({lines}):
+    if os.environ["OMPI_COMM_WORLD_RANK"] == "0":
+        print(f"LAT {{time.time():.6f}}")
+    time.sleep(0.05)
+"""
+SUSTAINED = """%%hvd --log-lines 100000000
+import time
+end = time.time() + {seconds}
+while time.time() < end:
+    print("step", time.time(), "loss=0.1")
+"""
+FLOOD = """%%hvd
+for i in range({lines}):
+    print(i, "some text a training loop might print")
+"""
+
+
+def collect(k: Kernel, code: str, timeout: float = 600) -> list[tuple[float, dict[str, Any]]]:
+    """Run `code`; every IOPub message of the cell with its wall-clock arrival time."""
+    msg_id = k.kc.execute(code)
+    got = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = k.kc.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            continue
+        t = time.time()
+        # %%px --stream writes from ipyparallel's IO thread: its stream messages may carry no parent.
+        if msg["parent_header"].get("msg_id") not in (msg_id, None) or (
+            msg["msg_type"] != "stream" and msg["parent_header"].get("msg_id") != msg_id
+        ):
+            continue
+        got.append((t, msg))
+        if msg["msg_type"] == "error":
+            raise RuntimeError("\n".join(msg["content"]["traceback"]))
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            k.kc.get_shell_msg(timeout=10)
+            return got
+    raise TimeoutError(code[:60])
+
+
+def texts(messages: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, str]]:
+    """(arrival, text) of each stream message and each live-view update's log lines."""
+    out = []
+    for t, m in messages:
+        if m["msg_type"] == "stream":
+            out.append((t, m["content"]["text"]))
+        elif m["msg_type"] in ("display_data", "update_display_data"):  # %%px --stream of one engine re-sends all
+            out.append((t, m["content"]["data"].get("text/plain", "")))
+        elif m["msg_type"] == "comm_msg":
+            data = m["content"]["data"]
+            if data.get("method") == "custom" and data["content"].get("type") == "update":
+                log = data["content"].get("log") or {}
+                out += [(t, text) for text, _ in log.get("append", [])]
+    return out
+
+
+def latencies_ms(messages: list[tuple[float, dict[str, Any]]]) -> list[float]:
+    """Arrival minus print time of each time stamp, where it first appeared."""
+    first: dict[str, float] = {}
+    for t, text in texts(messages):
+        for stamp in STAMPS.findall(text):
+            first.setdefault(stamp, t)
+    return [(t - float(stamp)) * 1e3 for stamp, t in first.items()]
+
+
+def set_view(k: Kernel, mode: str) -> None:
+    collect(k, f"import os; os.environ['JUPYTER_HVD_LIVE_VIEW'] = {mode!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=200, help="time stamps per path (one per 50 ms)")
+    parser.add_argument("--flood", type=int, default=1_000_000, help="lines printed by the flood cell")
+    parser.add_argument("--sustained", type=float, default=5.0, help="seconds of printing as fast as it can")
+    args = parser.parse_args()
+    setup_env()
+    k = Kernel()
+    rows: list[dict[str, Any]] = []
+    try:
+        collect(k, "%load_ext jupyter_hvd\n%hvd_start -np 2")
+        collect(k, "from jupyter_hvd.kernel import pool as _p\n_v = _p.current().client[:]\n_v.block = True")
+        collect(k, "_v.activate()")
+        paths = [
+            ("text view", "text", "%%hvd"),
+            ("widget view", "widget", "%%hvd"),
+            ("%%px --stream, 2 engines (reference)", None, "%%px --stream"),
+            ("%%px --stream --targets 0 (reference)", None, "%%px --stream --targets 0"),
+        ]
+        for what, mode, magic in paths:
+            if mode:
+                set_view(k, mode)
+            collect(k, TICKER.format(magic=magic, lines=5))  # warm-up
+            lat = latencies_ms(collect(k, TICKER.format(magic=magic, lines=args.lines)))
+            if len(lat) < args.lines:
+                raise RuntimeError(f"{what}: {len(lat)} of {args.lines} time stamps arrived")
+            s = summary(lat)
+            rows.append({"what": f"print -> {what}", "median_ms": s["median"], "p95_ms": s["p95"], "n": s["n"]})
+        proc = psutil.Process(k.pid)
+        floods = [(f"flood of {args.flood} lines", FLOOD.format(lines=args.flood))]
+        floods.append(
+            (f"{args.sustained:g} s of back-to-back prints, no line limit", SUSTAINED.format(seconds=args.sustained))
+        )
+        for (flood, code), (what, mode) in itertools.product(
+            floods, (("text view", "text"), ("widget view", "widget"))
+        ):
+            set_view(k, mode)
+            rss0 = proc.memory_info().rss
+            t0 = time.time()
+            msgs = collect(k, code)
+            took = time.time() - t0
+            rss1 = proc.memory_info().rss
+            shown = [t for t, m in msgs if m["msg_type"] in ("stream", "comm_msg")]
+            per_s = Counter(int(t - t0) for t in shown)
+            rows.append(
+                {
+                    "what": f"{flood} -> {what}",
+                    "msgs_per_s": len(shown) / took,
+                    "max_msgs_in_1s": max(per_s.values()) if per_s else 0,
+                    "rss_growth_mb": (rss1 - rss0) / 2**20,
+                    "cell_s": took,
+                }
+            )
+        collect(k, "%hvd_stop", timeout=60)
+    finally:
+        k.shutdown()
+    report(
+        "latency",
+        rows,
+        ["what", "median_ms", "p95_ms", "n", "msgs_per_s", "max_msgs_in_1s", "rss_growth_mb", "cell_s"],
+        {"lines": args.lines, "flood": args.flood, "ranks": 2, "cadence_s": 0.05, "command": " ".join(sys.argv)},
+    )
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
