@@ -91,6 +91,17 @@ def test_tensors_move_both_ways_unchanged(ip, pool):
     ip.user_ns["t2"] += 1
 
 
+def test_big_transfer_says_its_size_first(ip, pool, capsys):
+    ip.run_cell_magic("hvd", "", "big = torch.zeros(15_000_000)")  # 57 MB
+    capsys.readouterr()
+    ip.run_line_magic("hvd_pull", "big")
+    assert capsys.readouterr().out == "pulling big from rank 0: 57 MB...\n"
+    ip.run_line_magic("hvd_push", "big")
+    assert capsys.readouterr().out == "pushing big to 2 ranks: 57 MB each...\n"
+    ip.run_line_magic("hvd_pull", "size --rank 1")  # small: nothing said
+    assert capsys.readouterr().out == ""
+
+
 def test_unpicklable_value_is_one_line_and_nothing_moves(ip, pool):
     ip.user_ns["kept"] = "old"
     ip.run_cell_magic("hvd", "", "kept = 'old'")
@@ -133,19 +144,34 @@ def test_pull_from_a_stopped_rank_names_it_within_the_timeout(ip, pool):
     assert ip.user_ns["here"] == 1
 
 
+SLOW_CELL = """
+import time
+class Slow:
+    def __reduce__(self):  # the rank takes 8 s to serialise this value
+        time.sleep(8)
+        return (int, (1,))
+slow = Slow()
+"""
+
+
+def test_pull_from_a_rank_killed_meanwhile_names_it(ip, pool):
+    # Last of the module's in-process tests: the kill ends the MPI job (the fixture stops what is left).
+    ip.run_cell_magic("hvd", "", SLOW_CELL)
+    pid = pool.ranks[1].pid
+    threading.Timer(1.0, os.kill, (pid, signal.SIGKILL)).start()
+    t0 = time.monotonic()
+    with pytest.raises(UsageError, match=r"Pulling slow from rank 1 failed: rank 1 died"):
+        ip.run_line_magic("hvd_pull", "slow --rank 1 --timeout 30")
+    assert time.monotonic() - t0 < 4
+    assert "slow" not in ip.user_ns
+    ip.run_cell("plain = 1 + 1")
+    assert ip.user_ns["plain"] == 2
+
+
 def test_ctrl_c_during_a_slow_pull_returns_at_once(kernel):
     r = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2", timeout=120)
     assert r.status == "ok", r.error_text
-    slow = (
-        "%%hvd --no-plot\n"
-        "import time\n"
-        "class Slow:\n"
-        "    def __reduce__(self):\n"  # the rank takes 8 s to serialise this value
-        "        time.sleep(8)\n"
-        "        return (int, (1,))\n"
-        "slow = Slow()\n"
-    )
-    assert kernel.run(slow).status == "ok"
+    assert kernel.run("%%hvd --no-plot\n" + SLOW_CELL).status == "ok"
     sent: dict[str, float] = {}
 
     def interrupt_soon(_):
