@@ -75,10 +75,10 @@ def test_a_rank_that_stopped_sending_is_left_out():
 TRAIN = """
 import time
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+model = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.ReLU(), torch.nn.Linear(512, 4))
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                named_parameters=model.named_parameters())
-x, y = torch.randn(64, 32), torch.randint(0, 4, (64,))
+x, y = torch.randn(256, 128), torch.randint(0, 4, (256,))
 
 
 def train_step():
@@ -99,17 +99,24 @@ for _ in range(steps):
 """
 
 
-def _run(ip, pool, slow: int, seconds: float) -> tuple[str, float]:
+def _run(ip, pool, slow: int, seconds: float) -> tuple[float, float]:
+    """Run TRAIN; seconds from the cell's start until the pool file named a straggler, and from the first
+    per-rank measurement in it until then (NaN: never named)."""
     from jupyter_hvd import state
 
     named_at: list[float] = []
-    t0 = time.monotonic()
+    measured_at: list[float] = []  # when every rank's compute per step was first in the pool file
+    t0, wall0 = time.monotonic(), time.time()
     done = False
 
     def watch() -> None:  # the pool file, as the sidebar reads it, while the cell runs
         while not done:
             data = state.read_pool(pool.state_file) or {}
-            if data.get("state") == "running" and data.get("straggler") and not named_at:
+            fresh = data.get("updated", 0) > wall0 + 0.2  # written after this cell began (it clears the field)
+            running = fresh and data.get("state") == "running"
+            if running and not measured_at and all(r.get("compute_ms") for r in data.get("ranks", [])):
+                measured_at.append(time.monotonic() - t0)
+            if running and data.get("straggler") and not named_at:
                 named_at.append(time.monotonic() - t0)
             time.sleep(0.1)
 
@@ -122,23 +129,25 @@ def _run(ip, pool, slow: int, seconds: float) -> tuple[str, float]:
     finally:
         done = True
         thread.join()
-    return (named_at[0] if named_at else float("nan")), t0
+    nan = float("nan")
+    return (named_at[0] if named_at else nan), (named_at[0] - measured_at[0] if named_at and measured_at else nan)
 
 
 def test_the_slow_rank_is_named_in_the_pool_file_and_under_the_cell(ip, pool, capsys):
-    named_after, _ = _run(ip, pool, slow=1, seconds=14)
+    named_after, after_measured = _run(ip, pool, slow=1, seconds=14)
     err = capsys.readouterr().err
     m = re.search(r"jupyter-hvd: rank 1 is the straggler: ([\d.]+)x the others' compute per step", err)
     assert m, err
     assert float(m.group(1)) >= 1.3
-    # Named HOLD_S (10 s) after both ranks' first means reached the kernel; the cell started 1-2 s before.
-    assert named_after <= HOLD_S + 4, named_after
+    # Named HOLD_S (10 s) after both ranks' first means reached the kernel; the cell started 1-3 s before that.
+    assert after_measured <= HOLD_S + 1.5, after_measured
+    assert named_after <= HOLD_S + 6, named_after
     data = json.loads(pool.state_file.read_text())
     assert data["straggler"]["rank"] == 1, data["straggler"]
     ranks = {r["rank"]: r for r in data["ranks"]}
     assert ranks[1]["compute_ms"] >= 30 > ranks[0]["compute_ms"], ranks
     assert ranks[0]["wait_ms"] >= 20 > ranks[1]["wait_ms"], ranks  # rank 0 waits for rank 1 at each step
-    print(f"named after {named_after:.1f} s")
+    print(f"named {named_after:.1f} s after the cell started, {after_measured:.1f} s after the first measurement")
 
 
 def test_an_even_run_names_nobody(ip, pool, capsys):
@@ -146,4 +155,8 @@ def test_an_even_run_names_nobody(ip, pool, capsys):
     assert "straggler" not in capsys.readouterr().err
     data = json.loads(pool.state_file.read_text())
     assert data["straggler"] is None and named_after != named_after  # NaN: never named
-    assert all(r["compute_ms"] is not None for r in data["ranks"])
+    compute = [r["compute_ms"] for r in data["ranks"]]
+    print(f"compute per step (ms) by rank: {compute}")
+    # The ranks measure alike (loosely: other processes share this machine's cores). The detector's threshold is
+    # tested above; here one rank's wait counted as compute would show.
+    assert max(compute) < 2 * min(compute), compute
