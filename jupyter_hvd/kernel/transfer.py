@@ -57,24 +57,13 @@ def size_text(n: int) -> str:
     return f"{n} bytes"
 
 
-def _forget_result(client: ipp.Client, ar: ipp.AsyncResult) -> None:
-    """Drop a finished request's result from the client's cache (it would keep a pulled tensor's frames alive)."""
-
-    def drop(_: Any) -> None:
-        for msg_id in ar.msg_ids:
-            client.results.pop(msg_id, None)
-
-    ar.add_done_callback(drop)
-
-
 def wait(pool: Pool, ar: ipp.AsyncResult, ranks: list[int], what: str, timeout: float) -> list[Any]:
     """The results of `ar` (one per rank of `ranks`, in order), waiting at most `timeout` seconds.
 
     Raises TransferError naming the ranks that died, are stopped (SIGSTOP) or did not answer in time, and
     KeyboardInterrupt (from the user's Ctrl-C) within SLICE_S; the request is then left to finish on its own.
     """
-    assert pool.client is not None
-    _forget_result(pool.client, ar)
+    assert pool.client is not None  # (ipyparallel drops a finished result from its cache: owner=True)
     deadline = time.monotonic() + timeout
     while True:
         try:
