@@ -72,6 +72,18 @@ def test_a_rank_that_stopped_sending_is_left_out():
     assert d.straggler is None and d.slowest(20.0) is None
 
 
+def test_the_status_line_names_the_straggler():
+    from jupyter_hvd.widgets.live_view import LiveView
+
+    view = LiveView(2, [0], 100, ["loss"])
+    message = "rank 1 is the straggler: 1.8x the others' compute per step"
+    view.straggler(message)
+    assert view.status()["straggler"] == message
+    assert view.status_text().endswith(" · " + message)
+    view.straggler(None)
+    assert "straggler" not in view.status_text()
+
+
 TRAIN = """
 import time
 torch.manual_seed(0)
