@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import channel
+
 SEND_EVERY_S = 0.5  # means over this much training go to the kernel
 
 _main = threading.main_thread().ident
@@ -106,8 +108,6 @@ def _step(start: float, end: float) -> None:
 
 
 def _running_cell() -> Any:
-    from . import channel
-
     ch = channel._channel  # the engine's one channel; None outside a pool (then nothing is measured)
     return ch.cell if ch is not None else None
 
