@@ -27,9 +27,10 @@ def start(env: dict[str, str], device: str, channel_info: dict[str, Any]) -> dic
 
     if not hvd.is_initialized():
         hvd.init()
-    from . import guards
+    from . import collectives, guards
 
     guards.install()  # hvd.init() pasted into a cell, or a cell that wraps an optimizer run twice, must be harmless
+    collectives.install()  # which collective a rank waits in, for the kernel's mismatch check
     from . import pace
 
     pace.install()  # compute and wait per training step, for the kernel's straggler check (after collectives)
@@ -53,6 +54,8 @@ def start(env: dict[str, str], device: str, channel_info: dict[str, Any]) -> dic
 
     shell = get_ipython()
     shell.user_ns.update(hvd=hvd, torch=torch, rank=hvd.rank(), size=hvd.size(), local_rank=local_rank, device=dev)
+    # IPython's exit()/quit() would end the engine after the cell, while the cell reports success: raise instead.
+    shell.user_ns.update(exit=_Exit("exit"), quit=_Exit("quit"))
     from . import channel
 
     channel.connect(channel_info, hvd.rank())
@@ -70,3 +73,16 @@ def start(env: dict[str, str], device: str, channel_info: dict[str, Any]) -> dic
         "torch": str(torch.__version__),
         "cuda": bool(dev.type == "cuda"),
     }
+
+
+class _Exit:
+    """exit() and quit() on a rank: end the cell there, like sys.exit(), and keep the engine."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return f"Use {self._name}() or sys.exit() to end this cell on this rank."
+
+    def __call__(self, code: Any = None) -> None:
+        raise SystemExit(code)

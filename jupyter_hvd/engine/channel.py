@@ -24,7 +24,7 @@ from typing import Any
 import zmq
 
 from .. import wire
-from . import idle, runner
+from . import collectives, idle, runner
 
 # Output after a quiet spell leaves at once (leading edge); under load one message per stream per FLUSH_S at most.
 FLUSH_S = 0.02
@@ -51,6 +51,10 @@ class Channel:
         self._text: dict[str, list[str]] = {"stdout": [], "stderr": []}
         self._wake = threading.Event()
         threading.Thread(target=self._flush_loop, name="jupyter-hvd output", daemon=True).start()
+        threading.Thread(target=self._watch_collectives, name="jupyter-hvd collectives", daemon=True).start()
+        self._forked = False
+        os.register_at_fork(after_in_child=self._in_child)
+        threading.excepthook = self._thread_raised
         self._route_native_output()
         self._route_displays()
         # The DEALER says hello itself: the kernel's ROUTER can address it from then on.
@@ -75,7 +79,10 @@ class Channel:
         elif kind == "join":
             self._join(message[1])
         elif kind == "rest":
-            _interruptible(idle.rest)
+            result = _interruptible(idle.rest)
+            if result.get("error"):
+                self.problem(f"Horovod's idle rest failed: {result['error']['ename']}: {result['error']['evalue']}")
+            self.send(("rested", self.rank, None, result))
         elif kind == "ping":  # the kernel waits until the requests before this one were handled
             self.send(("pong", self.rank, message[1]))
 
@@ -96,6 +103,8 @@ class Channel:
 
     def send(self, event: tuple[Any, ...]) -> None:
         """Send one event to the kernel (from any thread)."""
+        if self._forked:
+            return  # a child of os.fork() in a cell: the kernel talks to the engine, not to its children
         frames = wire.pack(self.key, event)
         with self._send_lock:
             self._events.send_multipart(frames)
@@ -131,6 +140,46 @@ class Channel:
                 self.send_output()
             except Exception:  # the engine is shutting down
                 return
+
+    def problem(self, text: str) -> None:
+        """Tell the kernel that something of jupyter-hvd's (or a user's thread) failed on this rank: it shows the
+        line in the running cell, in %hvd_status and in the sidebar."""
+        try:
+            self.send(("problem", self.rank, self.cell, text[:2000]))
+        except Exception:
+            print(f"jupyter-hvd: {text}", file=sys.__stderr__, flush=True)  # the engine's own log, at least
+
+    def _thread_raised(self, args: threading.ExceptHookArgs) -> None:
+        """An exception that ended a thread (a user's background thread, or one of ours) is shown, not lost."""
+        if args.exc_type is SystemExit:
+            return
+        name = args.thread.name if args.thread is not None else "a thread"
+        where = runner.describe_exception(args.exc_value) if args.exc_value is not None else {}
+        self.problem(
+            f"thread {name!r} raised {args.exc_type.__name__}: {args.exc_value}\n{where.get('traceback', '')}".rstrip()
+        )
+
+    def _watch_collectives(self) -> None:
+        """While a cell runs, tell the kernel when its main thread has waited in a collective for a while, and when
+        that wait ends: a rank that waits while its peers finished the cell (or wait on another tensor) never
+        returns by itself."""
+        reported: dict[str, Any] | None = None
+        while True:
+            time.sleep(0.1 if self.cell is not None else 0.25)
+            try:
+                cell = self.cell
+                wait = collectives.main_thread_wait() if cell is not None else None
+                if wait is not None and (reported is None or wait["name"] != reported["name"]):
+                    self.send(("waiting", self.rank, cell, wait))
+                elif wait is None and reported is not None and cell is not None:
+                    self.send(("waiting", self.rank, cell, None))
+                reported = wait
+            except Exception as exc:  # report once, and keep watching
+                self.problem(f"the collectives watch failed: {type(exc).__name__}: {exc}")
+                time.sleep(5)
+
+    def _in_child(self) -> None:
+        self._forked = True
 
     def _route_native_output(self) -> None:
         """Output written below Python (C/C++ on fds 1 and 2: Horovod's stall and error reports, NCCL warnings)

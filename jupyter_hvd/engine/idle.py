@@ -40,12 +40,21 @@ def rest() -> dict[str, Any]:
     global _resting
     import horovod.torch as hvd
     from horovod.torch import mpi_ops
+    from mpi4py import MPI
+
+    from . import collectives
 
     t0 = time.perf_counter()
     if _resting or not can_rest():
         return {"resting": _resting, "seconds": 0.0}
+    # A user's thread may still train, or ops may be in flight: then no rank rests. Every rank must decide alike
+    # (the first shutdown stops all ranks' Horovod), so they agree on MPI's own communicator, not Horovod's.
+    busy = collectives.busy()
+    if MPI.COMM_WORLD.allreduce(bool(busy), op=MPI.LOR):
+        return {"resting": False, "busy": busy or "another rank is busy", "seconds": time.perf_counter() - t0}
     hvd.shutdown()  # also right when the first rank's shutdown already ended this rank's background thread
     mpi_ops._handle_map.clear()  # ops left in flight by a stalled cell ended with the shutdown
+    collectives.forget()
     _resting = True
     return {"resting": True, "seconds": time.perf_counter() - t0}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import io
 import linecache
+import os
 import pickle
 import sys
 import time
@@ -16,7 +17,7 @@ import traceback
 from collections import deque
 from typing import Any
 
-from . import idle
+from . import collectives, idle
 
 TAIL_LINES = 20  # kept per rank for error context and the pool status, even when output is not shown
 
@@ -120,7 +121,9 @@ def run_cell(src: str, filename: str, show_output: bool, max_lines: int, stdout:
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
     t0 = time.perf_counter()
+    pid = os.getpid()
     record: dict[str, Any] = {"rank": rank, "ok": True, "value": None, "error": None}
+    collectives.begin_cell()
     try:
         record["woke"] = idle.wake()  # Horovod rested while the pool was idle: every rank starts it again first
         body, last = _split_last_expression(src, filename)
@@ -133,6 +136,8 @@ def run_cell(src: str, filename: str, show_output: bool, max_lines: int, stdout:
         record["ok"] = False
         record["error"] = describe_exception(exc)
     finally:
+        if os.getpid() != pid:  # a child forked by the cell (os.fork, multiprocessing) never runs engine code
+            os._exit(0 if record["ok"] else 1)
         out.finish()
         err.finish()
         sys.stdout, sys.stderr = saved
@@ -141,11 +146,16 @@ def run_cell(src: str, filename: str, show_output: bool, max_lines: int, stdout:
     record["seconds"] = time.perf_counter() - t0
     record["tail"] = list(out.tail)[-5:]
     record["lines"] = out.lines
+    record["collectives"] = collectives.started()
     return record
 
 
 def describe_exception(exc: BaseException) -> dict[str, str]:
     """Name, message and traceback of `exc`, without this module's own frames."""
+    if isinstance(exc, SystemExit):
+        # exit(), quit() and sys.exit() end the cell on this rank; the engine stays (a script would have ended).
+        code = exc.code if exc.code is not None else 0
+        return {"ename": "SystemExit", "evalue": f"exit code {code}", "traceback": "", "where": "", "exit": str(code)}
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
@@ -183,6 +193,7 @@ def leave_collectives() -> dict[str, Any]:
         in_flight = _settle(hvd, mpi_ops, 1.0)
         mpi_ops.mpi_lib.horovod_torch_reset()
         mpi_ops._handle_map.clear()
+        collectives.forget()
         if not in_flight:
             _forget_pending_gradients()
     except BaseException as exc:

@@ -14,6 +14,7 @@ short grace get SIGINT. When every rank has joined, the pool is healthy again. I
 from __future__ import annotations
 
 import itertools
+import math
 import pickle
 import re
 import sys
@@ -35,6 +36,14 @@ TICK_S = 0.25  # liveness checks while waiting: engine processes, mpiexec
 # A cell still running after this is shown as running in the sidebar at once. Shorter cells are left to the watcher's
 # next round: waking its thread at each start and end took the GIL from the dispatch (an empty cell: +1.3 ms).
 SHOW_RUNNING_AFTER_S = 0.1
+# Collectives that cannot match: every rank still running waits in one, while another rank has finished the cell
+# (this long after both), or while they wait on different tensors (this long). Shorter waits are normal.
+UNEVEN_S = 2.0
+MISMATCH_S = 3.0
+ADVICE = (
+    "Every rank must run the same collectives in the same order: use hvd.join() for uneven last batches, or give "
+    "every rank the same number of batches (DistributedSampler(..., drop_last=True))."
+)
 _cell_numbers = itertools.count(1)
 
 
@@ -117,6 +126,9 @@ class _RankRun:
     join_sent: bool = False
     joined: bool = False
     ended_after_failure: bool = False  # finished normally, but after another rank had failed
+    finished_at: float | None = None
+    waiting: dict[str, Any] | None = None  # the collective this rank has waited in for a while: name, number
+    waiting_since: float | None = None  # kernel clock
 
 
 class CellRun:
@@ -138,6 +150,8 @@ class CellRun:
         self._stderr_tail = ""  # recent stderr of the shown ranks, where Horovod's stall report lands
         self.unclean_join: str | None = None  # set when a rank's join left Horovod unfit for the next cell
         self.lost: str | None = None  # what happened to the pool, when it had to be restarted or was stopped
+        self.mismatch: str | None = None  # why the cell was ended: collectives that could not match
+        self._frozen_since: dict[int, float] = {}
         self._started = time.monotonic()
         self._shown_running = False
         self.pace = StragglerDetector()  # which rank computes longest per step (kernel/straggler.py)
@@ -165,6 +179,7 @@ class CellRun:
         with self.pool.lock:
             first_line = next((ln for ln in self.source.splitlines() if ln.strip()), "")
             self.pool.set_state("running", first_line[:120], publish=False)
+            self.pool.nonfinite = None
             self.pool.straggler = None
             try:
                 self._loop()
@@ -215,7 +230,11 @@ class CellRun:
                 if interrupts > 1 or (self.reason == "interrupt" and self._overdue()):
                     self._restart("you interrupted twice")
                     return
-                self._begin_wind_down("interrupt")
+                try:
+                    self._begin_wind_down("interrupt")
+                except _PoolLost as lost:
+                    self._restart(str(lost))
+                    return
             except _PoolLost as lost:
                 self._restart(str(lost))
                 return
@@ -233,6 +252,8 @@ class CellRun:
         if time.monotonic() >= self._next_liveness_check:  # psutil per rank: not on every event
             self._next_liveness_check = time.monotonic() + TICK_S
             self._check_liveness()
+        if self.reason is None:
+            self._check_mismatch()
         if self.reason is not None:
             self._advance_wind_down()
         if self.options.live is not None:
@@ -263,6 +284,11 @@ class CellRun:
             publish_display_data(ev[3].get("data", {}), ev[3].get("metadata", {}))
         elif kind == "done" and run.state == "running":
             self._finished(run, ev[3])
+        elif kind == "waiting":
+            run.waiting = ev[3]
+            run.waiting_since = time.monotonic() - ev[3]["waited"] if ev[3] else None
+        elif kind == "problem":
+            print(f"jupyter-hvd: rank {rank}: {ev[3]}", file=sys.stderr, flush=True)
         elif kind == "joined":
             run.joined = True
             result = ev[3]
@@ -287,6 +313,11 @@ class CellRun:
             if "loss" in parsed.values:
                 stats["loss"] = parsed.values["loss"]
             self.pool.update_rank_stats({rank: stats}, publish=False)
+        if self.pool.nonfinite is None and ("nan" in text or "inf" in text.lower()):  # any line of the chunk
+            for line in lines:
+                parsed = parse_line(line)
+                for name, value in parsed.values.items():
+                    self._note_nonfinite(rank, name, value, parsed.step)
 
     def _note_stall(self, text: str) -> None:
         """Horovod's stall inspector (rank 0's stderr, while rank 0's cell runs) lists per rank the tensors it
@@ -309,6 +340,8 @@ class CellRun:
                     stats["step"] = record["step"]
                 if isinstance(record.get("m"), dict) and record["m"].get("loss") is not None:
                     stats["loss"] = record["m"]["loss"]
+                for name, value in (record.get("m") or {}).items():
+                    self._note_nonfinite(rank, name, value, record.get("step"))
                 if isinstance(record.get("pace"), dict):
                     self._note_pace(rank, record["pace"])
         if stats:
@@ -332,8 +365,45 @@ class CellRun:
             note(message)
         self.pool.publish()
 
+    def _check_mismatch(self) -> None:
+        """End the cell when its collectives cannot match: every rank still running waits in one, and another rank
+        finished the cell (uneven collectives: the join releases them, state kept), or they wait on different
+        tensors (only a restart of Horovod releases those: Horovod crashed when they joined)."""
+        running = [r for r in self.runs.values() if r.state == "running"]
+        if not running or any(r.waiting is None or r.waiting_since is None for r in running):
+            return
+        now = time.monotonic()
+        waiting_for = now - max(r.waiting_since or now for r in running)
+        finished = [r for r in self.runs.values() if r.state == "ok" and r.finished_at is not None]
+        waits = "; ".join(_waits_in(r) for r in running)
+        if finished:
+            if now - max(min(r.finished_at or now for r in finished), now - waiting_for) < UNEVEN_S:
+                return
+            done = ", ".join(
+                f"rank {r.rank} after {(r.record or {}).get('collectives', '?')} collectives" for r in finished
+            )
+            self.mismatch = f"Collectives did not match: the cell finished on {done}, while {waits}.\n{ADVICE}"
+            self._begin_wind_down("mismatch")
+        elif (
+            len(running) > 1 and len({(r.waiting or {}).get("name") for r in running}) > 1 and waiting_for >= MISMATCH_S
+        ):
+            raise _PoolLost(
+                f"Collectives did not match: {waits}, for {waiting_for:.0f} s. {ADVICE} Ranks that wait on different "
+                "tensors can only be released by restarting Horovod"
+            )
+
+    def _note_nonfinite(self, rank: int, metric: str, value: Any, step: Any) -> None:
+        """Say once per cell where a metric first became NaN or Inf (the plot shows a gap from there)."""
+        if self.pool.nonfinite is not None or not isinstance(value, float) or math.isfinite(value):
+            return
+        where = f" at step {step:g}" if isinstance(step, (int, float)) else ""
+        message = f"{metric} became {value}{where} on rank {rank}"
+        self.pool.nonfinite = {"rank": rank, "step": step, "metric": metric, "message": message}
+        print(f"jupyter-hvd: {message}.", file=sys.stderr, flush=True)
+
     def _finished(self, run: _RankRun, record: dict[str, Any]) -> None:
         run.record = record
+        run.finished_at = time.monotonic()
         if record.get("tail") and run.rank not in self.last_lines:
             self.last_lines[run.rank] = record["tail"][-1][-200:]
         if record["ok"]:
@@ -356,6 +426,20 @@ class CellRun:
             self._begin_wind_down("error")
 
     def _check_liveness(self) -> None:
+        now = time.monotonic()
+        frozen = self.pool.frozen_ranks()
+        self._frozen_since = {r: self._frozen_since.get(r, now) for r in frozen}
+        # A frozen rank (SIGSTOP, Ctrl-Z in its terminal) may be resumed: wait the pool's timeout, unless the cell is
+        # already winding down, which a frozen rank can never take part in.
+        overdue = [
+            r for r, since in self._frozen_since.items() if self.reason or now - since >= self.pool.options.timeout
+        ]
+        if overdue:
+            pids = ", ".join(f"rank {r.rank} (pid {r.pid})" for r in self.pool.ranks if r.rank in overdue)
+            raise _PoolLost(
+                f"{pids} {'is' if len(overdue) == 1 else 'are'} frozen (stopped by SIGSTOP or Ctrl-Z) "
+                f"{'during the wind-down' if self.reason else f'for {self.pool.options.timeout:g} s'}"
+            )
         if not self.pool.mpiexec_alive() or self.pool.dead_ranks():
             # MPI aborts the whole job when one rank dies; mpiexec then says which one and how, as it exits.
             deadline = time.monotonic() + 10
@@ -395,7 +479,7 @@ class CellRun:
     def _advance_wind_down(self) -> None:
         now = time.monotonic()
         assert self.failed_at is not None
-        grace = 0.0 if self.reason == "interrupt" else GRACE_S
+        grace = 0.0 if self.reason in ("interrupt", "mismatch") else GRACE_S
         running = [r for r in self.runs.values() if r.state == "running" and r.signaled_at is None]
         if running and now >= self.failed_at + grace:
             self.pool.interrupt([r.rank for r in running])
@@ -458,11 +542,22 @@ class CellRun:
                 display(_unpickled(value))
             return None
         parts = []
+        exits = [e for e in errors if e["ename"] == "SystemExit"]
+        errors = [e for e in errors if e["ename"] != "SystemExit"]
+        for e in exits:
+            parts.append(
+                f"rank {e['rank']} called exit({e.get('exit', '')}) (sys.exit, exit() or quit()): the cell ended "
+                "there. The engine keeps running, as does the pool."
+            )
+        if self.mismatch:
+            parts.append(self.mismatch)
         if errors:
             parts.append(group_errors(errors))
         stopped = sorted(r.rank for r in self.runs.values() if r.state == "stopped" or r.signaled_at)
-        if self.reason == "interrupt" and not errors:
+        if self.reason == "interrupt" and not errors and not exits:
             parts.append(f"Interrupted: {format_ranks(stopped or list(self.runs))} stopped.")
+        elif self.reason == "mismatch":
+            pass  # the mismatch message said which ranks waited where
         elif stopped:
             parts.append(
                 f"{format_ranks(stopped)} {'was' if len(stopped) == 1 else 'were'} still running after the "
@@ -470,7 +565,7 @@ class CellRun:
                 f"{'was' if len(stopped) == 1 else 'were'} stopped" + self._stopped_where(stopped)
             )
         finished_late = sorted(r.rank for r in self.runs.values() if r.state == "ok" and r.ended_after_failure)
-        if finished_late and errors:
+        if finished_late and (errors or exits):
             parts.append(
                 f"{format_ranks(finished_late)} ran to the end, but collectives after the error completed without "
                 "the failed ranks (they had left them): treat what this cell computed there as invalid."
@@ -481,6 +576,11 @@ class CellRun:
         else:
             hint = "The pool is ready for the next %%hvd cell."
         raise CellFailed("\n\n".join(parts), hint)
+
+
+def _waits_in(run: _RankRun) -> str:
+    wait = run.waiting or {}
+    return f"rank {run.rank} waits in '{wait.get('name')}' (its collective #{wait.get('number')})"
 
 
 def _unpickled(value: bytes) -> Any:

@@ -41,6 +41,8 @@ class CellChannel:
         self._events.bind(f"tcp://{host}:0")
         self._poller = zmq.Poller()
         self._poller.register(self._events, zmq.POLLIN)
+        self.problems: list[tuple[int, str]] = []  # what failed on the ranks outside any cell's view (new first)
+        self.rests: dict[int, dict[str, Any]] = {}  # each rank's answer to the last rest request
 
     def info(self) -> dict[str, Any]:
         """What the engines need to connect (sent to them through ipyparallel's authenticated bootstrap)."""
@@ -88,6 +90,10 @@ class CellChannel:
                 continue
             event = _safe_unpack(self.key, frames)
             if isinstance(event, tuple) and len(event) >= 3:
+                if event[0] == "problem":
+                    self.problems = [(event[1], str(event[3])), *self.problems][:20]
+                elif event[0] == "rested" and isinstance(event[3], dict):
+                    self.rests[event[1]] = event[3]
                 return event
 
     def settle(self, ranks: int, timeout: float = 10.0) -> bool:

@@ -1,0 +1,149 @@
+"""What this rank does in Horovod's collectives: how many a cell started, which one a thread waits in, and
+which threads use Horovod at all.
+
+The kernel needs this to end a cell whose collectives do not match (kernel/cell.py): a rank that finished its
+cell after 8 allreduces while another waits in its 9th, or two ranks that wait on different tensor names. Horovod's
+stall inspector notices only after HOROVOD_STALL_CHECK_TIME_SECONDS, and only warns. The idle rest
+(engine/idle.py) asks `busy()` before it stops Horovod under a user's thread.
+
+A light wrap of horovod.torch.mpi_ops: each op start is counted and its handle named; each blocking wait is
+recorded while it lasts (Horovod releases the GIL while it waits, so a watch thread can report it).
+Imported on the engines only.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+WAIT_REPORT_S = 0.5  # a wait this long is reported to the kernel (shorter ones are a normal collective)
+_ASYNC_OPS = {  # mpi_ops' private op starters, all of which take the tensor name as `name`
+    "_allreduce_async": "allreduce",
+    "_grouped_allreduce_async": "grouped_allreduce",
+    "_allgather_async": "allgather",
+    "_grouped_allgather_async": "grouped_allgather",
+    "_broadcast_async": "broadcast",
+    "_alltoall_async": "alltoall",
+    "_reducescatter_async": "reducescatter",
+    "_grouped_reducescatter_async": "grouped_reducescatter",
+}
+
+_lock = threading.Lock()
+_started = 0  # ops started since the running cell began (any thread)
+_names: dict[int, str] = {}  # handle -> tensor name, until the handle is waited for
+_waiting: dict[int, tuple[str, float, int]] = {}  # thread id -> (tensor name, monotonic since, ops started before)
+_users: dict[int, threading.Thread] = {}  # threads other than the main one that started a Horovod op
+_installed = False
+
+
+def install() -> None:
+    """Wrap Horovod's op starters and `synchronize` (every blocking collective goes through it). Idempotent."""
+    global _installed
+    if _installed:
+        return
+    from horovod.torch import mpi_ops
+
+    for attr, kind in _ASYNC_OPS.items():
+        real = getattr(mpi_ops, attr, None)
+        if real is not None:
+            setattr(mpi_ops, attr, _counted(real, kind))
+    real_sync = mpi_ops.synchronize
+    wrapped = _timed(real_sync)
+    # Modules that imported synchronize by name hold their own reference to it.
+    for name, module in list(sys.modules.items()):
+        if name.startswith("horovod.torch") and getattr(module, "synchronize", None) is real_sync:
+            module.synchronize = wrapped
+    _installed = True
+
+
+def _counted(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    signature = inspect.signature(real)
+
+    @functools.wraps(real)
+    def start(*args: Any, **kwargs: Any) -> Any:
+        global _started
+        handle = real(*args, **kwargs)
+        try:
+            name = signature.bind(*args, **kwargs).arguments.get("name")
+        except TypeError:
+            name = None
+        thread = threading.current_thread()
+        with _lock:
+            _started += 1
+            # Horovod's own name for an unnamed op (what its stall report shows).
+            _names[handle] = name if name is not None else f"{kind}.noname.{handle}"
+            if thread is not threading.main_thread():
+                _users[thread.ident or 0] = thread
+        return handle
+
+    return start
+
+
+def _timed(real: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(real)
+    def synchronize(handle: Any) -> Any:
+        ident = threading.get_ident()
+        with _lock:
+            name = _names.pop(handle, "join or barrier")
+            _waiting[ident] = (name, time.monotonic(), _started)
+        try:
+            return real(handle)
+        finally:
+            with _lock:
+                _waiting.pop(ident, None)
+
+    return synchronize
+
+
+def begin_cell() -> None:
+    """A cell starts: count its collectives from zero."""
+    global _started
+    with _lock:
+        _started = 0
+
+
+def forget() -> None:
+    """Horovod's handles start again from 0 (a reset after a failed cell, or a rest): drop the names of old ones."""
+    with _lock:
+        _names.clear()
+
+
+def started() -> int:
+    """Collectives started since the running cell began."""
+    return _started
+
+
+def main_thread_wait() -> dict[str, Any] | None:
+    """The collective the main thread (the cell) has waited in for at least WAIT_REPORT_S, if any."""
+    with _lock:
+        entry = _waiting.get(threading.main_thread().ident or 0)
+    if entry is None:
+        return None
+    name, since, before = entry
+    waited = time.monotonic() - since
+    if waited < WAIT_REPORT_S:
+        return None
+    return {"name": name, "waited": waited, "number": before}
+
+
+def busy() -> str:
+    """Why Horovod must not be stopped now ('' when it may): ops still in flight, or a user's thread that uses it."""
+    from horovod.torch import mpi_ops
+
+    with _lock:
+        threads = [t for t in _users.values() if t.is_alive()]
+        for ident in [i for i, t in _users.items() if not t.is_alive()]:
+            del _users[ident]
+        waiting = len(_waiting)
+    if threads:
+        return f"thread {threads[0].name!r} uses Horovod"
+    if waiting:
+        return "a thread waits in a collective"
+    if mpi_ops._handle_map:  # rebound by each init(): read it here, not at import
+        return f"{len(mpi_ops._handle_map)} Horovod operation(s) in flight"
+    return ""
