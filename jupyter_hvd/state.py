@@ -25,6 +25,7 @@ Actions: interrupt, restart, stop. The server never runs code in a kernel; it ca
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Iterable
@@ -54,10 +55,22 @@ def write_pool(path: Path, data: dict[str, Any]) -> None:
     """Write a pool's state atomically (readers never see half a file), mode 0600."""
     data = {**data, "updated": time.time(), "version": VERSION}
     tmp = path.with_suffix(f".tmp{os.getpid()}")
+    text = json.dumps(finite(data), allow_nan=False)  # a bare NaN is not JSON: every reader would fail on it
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
+        f.write(text)
     os.replace(tmp, path)
+
+
+def finite(value: Any) -> Any:
+    """`value` with every NaN and Inf (in nested dicts, lists and tuples) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def read_pool(path: Path) -> dict[str, Any] | None:

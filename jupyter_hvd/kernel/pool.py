@@ -206,10 +206,12 @@ class Pool:
         self._pool_state = "starting"
         self._idle_since = time.monotonic()
         self.resting = False  # Horovod is stopped on every rank until the next cell (engine/idle.py)
-        self.straggler: dict[str, Any] | None = None  # the rank that set the pace of the running or last cell
         self._processes: list[dict[str, Any]] = []
         self._identity = state.kernel_identity()
         self.watcher: PoolWatcher | None = None
+        self.kernel_problems: list[str] = []
+        self.nonfinite: dict[str, Any] | None = None  # where a metric of the running or last cell became NaN/Inf
+        self.straggler: dict[str, Any] | None = None  # the rank that set the pace of the running or last cell
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
 
@@ -560,6 +562,31 @@ class Pool:
                 pass
         return dead
 
+    def frozen_ranks(self) -> list[int]:
+        """Local ranks whose engine is stopped by a signal (SIGSTOP, SIGTSTP): alive, but running nothing."""
+        frozen = []
+        for r in self.ranks:
+            if not hosts.is_this_host(r.host):
+                continue
+            try:
+                if psutil.Process(r.pid).status() == psutil.STATUS_STOPPED:
+                    frozen.append(r.rank)
+            except psutil.Error:
+                pass
+        return frozen
+
+    def note_problem(self, text: str) -> None:
+        """Something of jupyter-hvd's own failed in the kernel (a thread): logged, and shown in %hvd_status and the
+        sidebar."""
+        if self.kernel_problems[:1] != [text[:2000]]:
+            log.warning("jupyter-hvd: %s", text)
+            self.kernel_problems = [text[:2000], *self.kernel_problems][:20]
+
+    def problems(self) -> list[str]:
+        """What failed in jupyter-hvd's own threads or in users' threads, newest first (kernel's, then ranks')."""
+        ranks = self.channel.problems if self.channel is not None else []
+        return [*self.kernel_problems, *(f"rank {rank}: {text}" for rank, text in ranks)]
+
     def mpiexec_alive(self) -> bool:
         launcher = self._engine_launcher()
         if launcher is None or launcher.state != "running":
@@ -643,6 +670,8 @@ class Pool:
                     "processes": self._processes,
                     "cell": self.busy_cell,
                     "resting": self.resting,
+                    "problems": self.problems(),
+                    "nonfinite": self.nonfinite,
                     "straggler": self.straggler,
                     **self._identity,
                 },

@@ -96,8 +96,8 @@ class PoolWatcher(threading.Thread):
                 return
             try:
                 self.tick()
-            except Exception as exc:  # the watcher must never take the kernel down
-                log.debug("watcher: %s", exc)
+            except Exception as exc:  # the watcher must never take the kernel down, nor fail unseen
+                self.pool.note_problem(f"the pool watcher failed: {type(exc).__name__}: {exc}")
 
     def _wait_until_quiet(self) -> None:
         """Let a burst of pokes (a cell's start and end, the next cell's start) pass before writing the file.

@@ -63,6 +63,7 @@ class Curves:
         self._steps: deque[tuple[float, float]] = deque()
         self.steps_reported = False  # once report() gives steps, printed step numbers no longer move the status
         self.changed = False
+        self.nonfinite: str | None = None  # where a metric first became NaN or Inf (said once; the plot has a gap)
         self.straggler: str | None = None  # the rank that sets the pace, named by the cell runner (kernel/straggler.py)
 
     # ---- intake --------------------------------------------------------------------------------------------
@@ -90,6 +91,7 @@ class Curves:
                     curve = self.curves[name] = Curve(name, "report", reset=curve is not None)
                 curve.add(step, value)
                 self.latest[name] = value
+                self._check_finite(name, value, step, rank)
             if step is not None:
                 self.steps_reported = True
                 self._at_step(t, float(step))
@@ -112,9 +114,15 @@ class Curves:
                 curve = self.curves[name] = Curve(name, "print")
             curve.add(x, value)
             self.latest[name] = value
+            self._check_finite(name, value, x, None)
         if parsed.step is not None and not self.steps_reported:
             self._at_step(now if now is not None else time.time(), parsed.step)
         self.changed = True
+
+    def _check_finite(self, name: str, value: float, step: float | None, rank: int | None) -> None:
+        if self.nonfinite is None and not math.isfinite(value):
+            where = f" at step {step:g}" if step is not None else ""
+            self.nonfinite = f"{name} became {value}{where}" + (f" on rank {rank}" if rank is not None else "")
 
     def _at_step(self, t: float, step: float) -> None:
         if self._steps and step < self._steps[-1][1]:

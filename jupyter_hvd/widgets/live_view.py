@@ -171,6 +171,7 @@ class LiveView:
             "elapsed": (self.ended or time.time()) - self.started,
             "eta": c.eta_seconds() if self.state == "running" else None,
             "latest": {k: v for k, v in c.latest.items() if v == v},
+            "warning": c.nonfinite,
             "straggler": c.straggler,
         }
 
@@ -184,6 +185,8 @@ class LiveView:
         if s["samples_per_s"]:
             bits.append(f"{s['samples_per_s']:,.0f} samples/s")
         bits.append(f"{s['elapsed']:.1f} s")
+        if s["warning"]:
+            bits.append(f"⚠ {s['warning']}")
         if s["straggler"]:
             bits.append(s["straggler"])
         return " · ".join(bits)

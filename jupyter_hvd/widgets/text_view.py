@@ -59,6 +59,8 @@ class TextView:
         state = "finished" if ok else "stopped (error or interrupt)"
         step = f" · step {self.curves.step:g}" if self.curves.step is not None else ""
         status = f"{state} · {self.ranks} ranks{step} · {time.time() - self.started:.1f} s"
+        if self.curves.nonfinite:
+            status += f" · ⚠ {self.curves.nonfinite}"
         if self.curves.straggler:
             status += f" · {self.curves.straggler}"
         display(fallback_bundle(self.curves.curves, self.plots, status, [], 0), raw=True)

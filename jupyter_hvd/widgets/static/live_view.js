@@ -532,6 +532,7 @@ export function formatStatus(status, elapsed) {
   bits.push(`${formatDuration(elapsed)} elapsed`);
   if (status.state === "running" && status.eta !== null && status.eta !== undefined)
     bits.push(`ETA ${formatDuration(status.eta)}`);
+  if (status.warning) bits.push(`⚠ ${status.warning}`);
   if (status.straggler) bits.push(status.straggler);
   return bits.join(" · ");
 }
