@@ -200,13 +200,6 @@ def test_status_table(ip, pool, capsys):
         assert str(r.pid) in out
 
 
-def test_help_text(ip):
-    from jupyter_hvd.kernel.magics import HvdMagics
-
-    assert "-np" in HvdMagics.hvd_start.__doc__
-    assert "--ranks" in HvdMagics.hvd.__doc__
-
-
 def test_env_reaches_the_engines(ip, pool):
     ip.run_cell_magic("hvd", "", "import os\nseen = os.environ.get('JUPYTER_HVD_TEST')")
     assert pull(pool, "seen", 1) == "yes"

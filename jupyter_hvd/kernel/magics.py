@@ -28,6 +28,49 @@ def _env_pair(text: str) -> tuple[str, str]:
     return key, value
 
 
+HELP_FLAGS = {"--help", "-h"}
+
+
+def _parse(magic: Any, line: str) -> Any:
+    """The magic's arguments; None after printing its help when asked with --help or -h (as `%magic?` does)."""
+    if HELP_FLAGS & set(line.split()):
+        print(magic.__doc__)  # what `%magic?` shows: the docstring, usage and options
+        return None
+    return parse_argstring(magic, line)
+
+
+def options_table(magic: Any) -> str:
+    """A Markdown table of a magic's options, from its parser (the README's tables are this text)."""
+    rows = ["| option | what it does |", "| --- | --- |"]
+    for action in magic.parser._actions:
+        if not action.option_strings:
+            continue
+        flag = " / ".join(f"`{o}`" for o in action.option_strings)
+        if action.metavar:
+            flag += f" {action.metavar}"
+        rows.append(f"| {flag} | {(action.help or '').replace('%%', '%').replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+class CellSyntaxError(UsageError):
+    """A `%%hvd` cell that does not parse, shown as a plain cell's SyntaxError: the line, a caret, the message."""
+
+    def __init__(self, exc: SyntaxError) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+    def _render_traceback_(self) -> list[str]:
+        exc = self.exc
+        line = (exc.lineno or 0) + 1  # counted from the %%hvd line, as the notebook numbers the cell
+        text = (exc.text or "").rstrip("\n")
+        out = [f"  Cell line {line}", f"    {text.strip()}"]
+        if exc.offset:
+            indent = len(text) - len(text.lstrip())
+            out.append("    " + " " * max(0, exc.offset - 1 - indent) + "^")
+        out.append(f"{type(exc).__name__}: {exc.msg}")
+        return out
+
+
 def require_pool() -> pools.Pool:
     """The running pool, or a UsageError telling the user how to start one."""
     pool = pools.current()
@@ -92,7 +135,9 @@ class HvdMagics(Magics):
 
         Each engine's namespace then holds hvd, torch, rank, size, local_rank and device.
         """
-        args = parse_argstring(self.hvd_start, line)
+        args = _parse(self.hvd_start, line)
+        if args is None:
+            return None
         existing = pools.current()
         if existing is not None:
             raise UsageError(
@@ -163,7 +208,14 @@ class HvdMagics(Magics):
         The cell ends when every rank has finished. An error on some ranks is shown once, with the ranks
         that raised it; ranks left waiting in a collective are released, so the pool stays usable.
         """
-        args = parse_argstring(self.hvd, line)
+        args = _parse(self.hvd, line)
+        if args is None:
+            return None
+        source = _transform.transform_cell(cell)
+        try:  # before anything is shipped
+            compile(source, "<hvd cell>", "exec")
+        except SyntaxError as exc:
+            raise CellSyntaxError(exc) from None
         pool = require_pool()
         try:
             show = parse_ranks(args.ranks, len(pool.ranks))
@@ -171,9 +223,6 @@ class HvdMagics(Magics):
             raise UsageError(str(exc)) from None
         if args.log_lines < 1:
             raise UsageError("--log-lines must be at least 1")
-        source = _transform.transform_cell(cell)
-        # A syntax error is raised here, before anything is shipped; IPython shows it without our frames.
-        compile(source, "<hvd cell>", "exec")
         plots = [] if args.no_plot else [p.strip() for p in args.plot.split(",") if p.strip()]
         live = view_for_cell(self.shell, len(pool.ranks), show, args.log_lines, plots, args.batch_size)
         options = CellOptions(show_ranks=show, log_lines=args.log_lines, live=live)
@@ -193,7 +242,9 @@ class HvdMagics(Magics):
         Functions, lambdas, closures and classes defined in the notebook travel with their code; tensors and arrays
         without copies. A value that cannot be sent is named with the reason, and nothing is sent.
         """
-        args = parse_argstring(self.hvd_push, line)
+        args = _parse(self.hvd_push, line)
+        if args is None:
+            return None
         pool = require_pool()
         names = args.names
         if not names:
@@ -219,7 +270,9 @@ class HvdMagics(Magics):
         Objects of classes defined in %%hvd cells (models included) arrive with their class. A big value's size is
         shown before it moves. A failure, a dead or stopped rank, or Ctrl-C leaves the notebook unchanged.
         """
-        args = parse_argstring(self.hvd_pull, line)
+        args = _parse(self.hvd_pull, line)
+        if args is None:
+            return None
         pool = require_pool()
         if not 0 <= args.rank < len(pool.ranks):
             raise UsageError(f"--rank {args.rank}: the pool has ranks 0-{len(pool.ranks) - 1}")
@@ -230,8 +283,11 @@ class HvdMagics(Magics):
         self.shell.user_ns[args.name] = value
 
     @line_magic
+    @magic_arguments()
     def hvd_status(self, line: str = "") -> None:
         """Show the pool: its options and every rank with its host, pid, device and state."""
+        if _parse(self.hvd_status, line) is None:
+            return
         pool = pools.current()
         if pool is None:
             print("No jupyter-hvd pool is running. Start one with %hvd_start -np 2")
@@ -250,10 +306,15 @@ class HvdMagics(Magics):
                 "cannot start again after a shutdown with those), so idle ranks keep cores busy."
             )
         print(pool.table())
+        for problem in pool.problems()[:5]:
+            print(f"problem: {problem.splitlines()[0][:200]}")
 
     @line_magic
+    @magic_arguments()
     def hvd_restart(self, line: str = "") -> None:
         """Restart every engine with the same options (worker state is lost); Horovod is initialised again."""
+        if _parse(self.hvd_restart, line) is None:
+            return
         pool = pools.current()
         if pool is None:
             raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
@@ -263,8 +324,11 @@ class HvdMagics(Magics):
         print(pool.table())
 
     @line_magic
+    @magic_arguments()
     def hvd_stop(self, line: str = "") -> None:
         """Stop the pool: engines, mpiexec and controller all exit."""
+        if _parse(self.hvd_stop, line) is None:
+            return
         pool = pools.current()
         if pool is None:
             print("No jupyter-hvd pool is running.")
