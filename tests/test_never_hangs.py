@@ -135,3 +135,48 @@ def test_a_frozen_rank_is_named_within_the_timeout(k, _state_dir):
     assert f"rank 1 (pid {pid}) is frozen" in r.error_text + r.stderr, r.error_text + r.stderr
     assert time.monotonic() - t0 < 20 + 30  # --timeout 20, then the restart
     healthy(k)
+
+
+def test_ctrl_c_twice_during_start_returns_and_leaves_nothing():
+    from conftest import wait_until_gone
+
+    kernel = Kernel()
+    try:
+        assert kernel.run("%load_ext jupyter_hvd").status == "ok"
+
+        def interrupt_twice(_res):
+            def later():
+                time.sleep(1.0)
+                for _ in range(6):  # one lands in the clean-up that the first started
+                    kernel.km.interrupt_kernel()
+                    time.sleep(0.05)
+
+            threading.Thread(target=later, daemon=True).start()
+
+        t0 = time.monotonic()
+        r = kernel.run("%hvd_start -np 2", timeout=60, on_start=interrupt_twice)
+        took = time.monotonic() - t0
+        assert r.status == "error", r.stdout
+        assert "KeyboardInterrupt" in r.error_text, r.error_text
+        assert took < 15, took
+        assert kernel.run("print(1)").status == "ok"
+        assert wait_until_gone(f"hvd-{kernel.pid}-") == []
+    finally:
+        kernel.shutdown()
+
+
+def test_a_restart_that_fails_stops_the_pool_and_says_so():
+    from conftest import wait_until_gone
+
+    kernel = Kernel()
+    try:
+        assert kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2", timeout=120).status == "ok"
+        r = kernel.run("%env JUPYTER_HVD_MPIEXEC=/nonexistent/mpiexec\n%hvd_restart", timeout=60)
+        assert r.status == "error"
+        assert "The restart failed" in r.error_text and "The pool was stopped" in r.error_text, r.error_text
+        assert "%hvd_start -np 2" in r.error_text
+        r = kernel.run("%hvd_status")
+        assert "No jupyter-hvd pool is running" in r.stdout
+        assert wait_until_gone(f"hvd-{kernel.pid}-") == []
+    finally:
+        kernel.shutdown()

@@ -5,6 +5,7 @@ Runs in the user's kernel. One pool per kernel; the magics and the cell runner r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +143,22 @@ class Rank:
     state: str = "idle"
 
 
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Ctrl-C waits until the block is done (a clean-up that must finish), then lands as KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    saved = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def find_mpiexec() -> str:
     """$JUPYTER_HVD_MPIEXEC if set, else the mpiexec beside this Python (the venv's Open MPI), else PATH."""
     chosen = os.environ.get("JUPYTER_HVD_MPIEXEC")
@@ -234,7 +252,8 @@ class Pool:
             pool._start_controller()
             pool._start_engines(gpus)
         except BaseException:
-            pool.stop()
+            with deferred_interrupts():  # a second Ctrl-C must not leave half of the processes behind
+                pool.stop()
             raise
         pool.watcher = PoolWatcher(pool)
         pool.watcher.start()
@@ -432,7 +451,20 @@ class Pool:
         self.rank_stats = {}
         self.view = None
         gpus = 0 if self.options.cpu else visible_gpus()
-        self._start_engines(gpus)
+        try:
+            self._start_engines(gpus)
+        except BaseException as exc:
+            # Half a pool would fail every later cell in a new way: stop all of it, and say what to type.
+            with deferred_interrupts():
+                self.stop()
+                if current() is self:
+                    set_current(None)
+            if isinstance(exc, PoolError):
+                raise PoolError(
+                    f"The restart failed: {exc.message} The pool was stopped.",
+                    f"{exc.hint}\nStart a new one with %hvd_start -np {self.options.np}.".strip(),
+                ) from None
+            raise
 
     def stop(self) -> None:
         """Stop engines and controller; leave no process behind."""

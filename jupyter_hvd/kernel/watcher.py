@@ -147,9 +147,9 @@ class PoolWatcher(threading.Thread):
             if action == "restart":
                 try:
                     pool.restart()
-                except Exception:  # on the main loop nobody would see it: the sidebar shows 'failed' instead
+                except Exception as exc:  # on the main loop nobody would see it: log it, keep it for %hvd_status
                     log.exception("jupyter-hvd: the restart asked for from the sidebar failed")
-                    pool.set_state("failed")
+                    pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")
             elif action == "stop":
                 from . import pool as pools
 
