@@ -19,6 +19,7 @@ BENCHES = [
     "failure_latency.py",
     "timeline_cost.py",
     "transfer.py",
+    "fault_campaign.py",
 ]
 
 if __name__ == "__main__":
