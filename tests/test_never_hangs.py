@@ -180,3 +180,19 @@ def test_a_restart_that_fails_stops_the_pool_and_says_so():
         assert wait_until_gone(f"hvd-{kernel.pid}-") == []
     finally:
         kernel.shutdown()
+
+
+def test_the_idle_rest_waits_for_a_users_thread_in_horovod(k):
+    # The pool rests after 2 idle seconds; a thread that still runs collectives must not lose Horovod under it.
+    r = k.run(
+        "%%hvd\nimport threading, time\nerrors = []\ndef train():\n    try:\n        for i in range(50):\n"
+        "            hvd.allreduce(torch.ones(1), name=f'bg.{i}')\n            time.sleep(0.1)\n"
+        "    except Exception as exc:\n        errors.append(repr(exc))\n"
+        "bg = threading.Thread(target=train, name='background training')\nbg.start()"
+    )
+    assert r.status == "ok", r.error_text
+    time.sleep(6)  # longer than the rest's 2 s, while the thread runs (5 s)
+    r = k.run("%%hvd\nbg.join()\nprint('errors', rank, errors)", timeout=60)
+    assert r.status == "ok", r.error_text
+    assert "errors 0 []" in r.stdout, r.stdout
+    healthy(k)

@@ -92,8 +92,12 @@ class Channel:
         err = _CellText(self, "stderr")
         record = _interruptible(runner.run_cell, source, filename, show, max_lines, out, err)
         record.setdefault("rank", self.rank)
-        self.send_output()
-        self.send(("done", self.rank, cell, record))
+        try:
+            self.send_output()
+            self.send(("done", self.rank, cell, record))
+        except Exception as exc:  # the kernel waits for this end: it must arrive, if only as an error
+            error = {"ename": type(exc).__name__, "evalue": f"the cell's end could not be sent: {exc}", "traceback": ""}
+            self.send(("done", self.rank, cell, {"rank": self.rank, "ok": False, "value": None, "error": error}))
         self.cell = None
 
     def _join(self, cell: int) -> None:
@@ -138,8 +142,12 @@ class Channel:
                     time.sleep(delay)  # under load: what the next writes add goes in the same message
                 self._wake.clear()
                 self.send_output()
-            except Exception:  # the engine is shutting down
+            except zmq.ZMQError:  # the engine is shutting down
                 return
+            except Exception as exc:  # output must not stop unseen: say so, drop what could not be sent, go on
+                self.problem(f"output could not be sent ({type(exc).__name__}: {exc}); some lines are missing")
+                for parts in self._text.values():
+                    parts.clear()
 
     def problem(self, text: str) -> None:
         """Tell the kernel that something of jupyter-hvd's (or a user's thread) failed on this rank: it shows the
