@@ -74,6 +74,8 @@ class CellSyntaxError(UsageError):
 def require_pool() -> pools.Pool:
     """The running pool, or a UsageError telling the user how to start one."""
     pool = pools.current()
+    if pool is not None and pool.stopped:
+        raise UsageError("The pool was stopped (its restart failed). Type %hvd_restart to start it again.")
     if pool is None or pool.view is None:
         raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
     return pool
@@ -292,6 +294,9 @@ class HvdMagics(Magics):
         if pool is None:
             print("No jupyter-hvd pool is running. Start one with %hvd_start -np 2")
             return
+        if pool.stopped:
+            print("The pool is stopped (its restart failed). %hvd_restart starts it again with the same options.")
+            return
         dead = set(pool.dead_ranks())
         for r in pool.ranks:
             if r.rank in dead:
@@ -319,7 +324,11 @@ class HvdMagics(Magics):
         if pool is None:
             raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
         t0 = time.monotonic()
-        pool.restart()
+        if pool.stopped:  # a restart failed and stopped it: start it anew with the same options
+            pool = pools.Pool.start(pool.options)
+            pools.set_current(pool)
+        else:
+            pool.restart()
         print(f"Pool restarted in {time.monotonic() - t0:.1f} s.")
         print(pool.table())
 

@@ -228,6 +228,7 @@ class Pool:
         self._identity = state.kernel_identity()
         self.watcher: PoolWatcher | None = None
         self.kernel_problems: list[str] = []
+        self.stopped = False  # stop() ran: %hvd_restart starts a new pool with these options
         self.nonfinite: dict[str, Any] | None = None  # where a metric of the running or last cell became NaN/Inf
         self.straggler: dict[str, Any] | None = None  # the rank that set the pace of the running or last cell
 
@@ -454,20 +455,20 @@ class Pool:
         try:
             self._start_engines(gpus)
         except BaseException as exc:
-            # Half a pool would fail every later cell in a new way: stop all of it, and say what to type.
+            # Half a pool would fail every later cell in a new way: stop all of it (the options stay, for
+            # %hvd_restart), and say what to type.
             with deferred_interrupts():
                 self.stop()
-                if current() is self:
-                    set_current(None)
             if isinstance(exc, PoolError):
                 raise PoolError(
                     f"The restart failed: {exc.message} The pool was stopped.",
-                    f"{exc.hint}\nStart a new one with %hvd_start -np {self.options.np}.".strip(),
+                    f"{exc.hint}\n%hvd_restart starts it again with the same options.".strip(),
                 ) from None
             raise
 
     def stop(self) -> None:
         """Stop engines and controller; leave no process behind."""
+        self.stopped = True
         if self.watcher is not None:
             self.watcher.stop()
         self._write_state("stopping")
