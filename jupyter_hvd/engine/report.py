@@ -73,8 +73,9 @@ def flush() -> int:
     with _lock:
         try:
             return _publish()
-        except Exception:
+        except Exception as exc:
             _pending.clear()  # a metric that cannot be read must not turn a finished cell into a failed one
+            _dropped(exc)
             return 0
 
 
@@ -126,9 +127,10 @@ def _publisher() -> None:
         try:
             with _lock:
                 _publish()
-        except Exception:
-            # A metric that cannot be read, or the engine shuts down: the records are dropped.
+        except Exception as exc:
+            # A metric that cannot be read, or the engine shuts down: the records are dropped, and the user told.
             _pending.clear()
+            _dropped(exc)
 
 
 def _start_publisher() -> None:
@@ -137,3 +139,16 @@ def _start_publisher() -> None:
         if _thread is None:
             _thread = threading.Thread(target=_publisher, name="jupyter-hvd-report", daemon=True)
             _thread.start()
+
+
+def _dropped(exc: BaseException) -> None:
+    """Tell the kernel (once per kind of failure) that report() records were dropped, and why."""
+    from . import channel
+
+    key = f"{type(exc).__name__}: {exc}"
+    if key not in _told and channel._channel is not None:
+        _told.add(key)
+        channel._channel.problem(f"report() records were dropped: {key}")
+
+
+_told: set[str] = set()
