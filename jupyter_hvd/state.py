@@ -36,6 +36,18 @@ import psutil
 
 VERSION = 1
 
+# The fields of the docstring above, for tests/test_state_schema.py to hold the docstring, the server and the
+# sidebar's TypeScript model (labextension/src/model.ts) to one list.
+FIELDS = (
+    "id", "state", "np", "options", "started", "backend", "hosts", "cell", "kernel_pid", "kernel_started",
+    "kernel_id", "notebook", "ranks", "straggler", "nonfinite", "problems", "processes", "updated", "version",
+)  # fmt: skip
+RANK_FIELDS = (
+    "rank", "engine_id", "host", "pid", "device", "controller", "tensor_ops", "local_rank", "cross_rank", "state",
+    "step", "loss", "last_line", "cpu_percent", "rss_mb", "gpu_mem_mb", "gpu_mem_total_mb", "gpu_util", "heartbeat",
+    "stalled_on", "compute_ms", "wait_ms",
+)  # fmt: skip
+
 
 def state_dir() -> Path:
     """Where pool files live: the Jupyter runtime directory, shared by kernels and the server."""

@@ -19,11 +19,20 @@ export type Action = 'interrupt' | 'restart' | 'stop';
 
 export const ACTIONS: Action[] = ['interrupt', 'restart', 'stop'];
 
+/**
+ * One rank as the server sends it: the pool file's rank fields (jupyter_hvd/state.py, RANK_FIELDS) plus
+ * heartbeat_age. tests/test_state_schema.py fails when these names and the Python side differ.
+ */
 export interface IRank {
   rank: number;
+  engine_id?: number | null;
   host: string;
   pid: number;
   device: string;
+  controller?: string | null;
+  tensor_ops?: string | null;
+  local_rank?: number | null;
+  cross_rank?: number | null;
   state: RankState;
   step?: number | null;
   loss?: number | null;
@@ -33,22 +42,51 @@ export interface IRank {
   gpu_mem_mb?: number | null;
   gpu_mem_total_mb?: number | null;
   gpu_util?: number | null;
+  heartbeat?: number | null;
+  /** The tensor names a stalled rank waits in, comma-separated. */
+  stalled_on?: string | null;
+  /** Milliseconds per step spent computing and waiting in collectives (recent means). */
+  compute_ms?: number | null;
+  wait_ms?: number | null;
   heartbeat_age?: number | null;
 }
 
+/** A rank that has been much slower than the others for a while. */
+export interface IStraggler {
+  rank: number;
+  ratio: number;
+  message: string;
+}
+
+/** The first NaN or Inf metric of the running or last cell. */
+export interface INonfinite {
+  rank: number;
+  step: number | null;
+  metric: string;
+  message: string;
+}
+
+/** One pool as the server sends it (jupyter_hvd/server/registry.py describe()). */
 export interface IPool {
   id: string;
   state: PoolState;
   stale: boolean;
+  stale_for?: number | null;
   notebook: string;
   kernel_id: string;
+  kernel_pid?: number | null;
   np: number;
   backend: string;
   hosts: string[];
+  started?: number;
   uptime: number;
   updated_age: number;
   cell?: string | null;
   ranks: IRank[];
+  straggler?: IStraggler | null;
+  nonfinite?: INonfinite | null;
+  /** jupyter-hvd's own threads that failed. */
+  problems?: string[];
 }
 
 export interface IPoolList {
