@@ -115,7 +115,9 @@ def test_error_renders_without_jupyter_hvd_frames(ip, pool):
 def test_syntax_error_is_not_shipped(ip, pool):
     ip.run_cell_magic("hvd", "", "shipped = 0")
     before = pool.cells_run
-    with pytest.raises(SyntaxError):
+    from jupyter_hvd.kernel.magics import CellSyntaxError
+
+    with pytest.raises(CellSyntaxError):
         ip.run_cell_magic("hvd", "", "shipped = 1\nx = = 1")
     assert pool.cells_run == before
     assert pull(pool, "shipped", 0) == 0

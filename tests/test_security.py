@@ -69,7 +69,10 @@ def test_the_cell_channel_listens_on_loopback_and_drops_what_the_pool_key_did_no
         forger.send_multipart(wire.pack(os.urandom(32), ("done", 0, 1, {"ok": True})))
         forger.send_multipart([b"not", b"signed", b"at all"])
         forger.send_multipart(wire.pack(pool.channel.key, ("pong", 0, -1)))
-        assert pool.channel.receive(10) == ("pong", 0, -1)
+        event = pool.channel.receive(10)
+        while event is not None and event[0] == "rested":  # the idle rest's answers may come first
+            event = pool.channel.receive(10)
+        assert event == ("pong", 0, -1)
     finally:
         forger.close()
     ip.run_cell_magic("hvd", "", "after_forgery = rank + 10")  # the pool still runs cells

@@ -484,6 +484,7 @@ class Pool:
             except Exception as exc:
                 log.debug("stop_cluster: %s", exc)
         self._kill_rank_processes()
+        state.kill_processes(self._tagged_processes())
         self.ranks = []
         self.view = None
         if self.channel is not None:
@@ -552,6 +553,20 @@ class Pool:
         if self.options.multi_host():
             victims += hosts.launch_processes(self.id)  # ssh clients left by an mpiexec that was killed
         state.kill_processes(victims)
+
+    def _tagged_processes(self) -> list[psutil.Process]:
+        """This host's processes launched for this pool (they carry its id), e.g. engines or a controller of a
+        start that was interrupted before they were recorded."""
+        found = []
+        for p in psutil.process_iter():
+            try:
+                if p.uids().real == os.getuid() and p.pid != os.getpid():
+                    env = p.environ()
+                    if self.id in (env.get("JUPYTER_HVD_POOL"), env.get("IPP_CLUSTER_ID")):
+                        found.append(p)
+            except psutil.Error:
+                continue
+        return found
 
     def engine_ids(self) -> list[int]:
         """ipyparallel engine ids, in rank order."""
