@@ -48,7 +48,8 @@ def jupyterlab(
 
     app "lab" runs `jupyter lab`, "notebook" runs `jupyter notebook` (Notebook 7): the same flags, the settings
     and workspaces directories given to the app that serves the page.
-    Yields url, token, server (the Popen), log (path), notebook_url (where the notebook opens, token included).
+    Yields url, token, server (the Popen), log (path), notebook_url (where the notebook opens, token included),
+    state_dir (the pools' state directory of this server and its kernels, where a test may put a pool file).
     On exit every kernel's pool must be gone: processes that carry this run's pool state directory are killed
     (so nothing leaks) and then reported as a failure.
     """
@@ -89,7 +90,14 @@ def jupyterlab(
                 time.sleep(0.5)
         page = f"lab/tree/{notebook}" if app == "lab" else f"notebooks/{notebook}"
         notebook_url = f"{url}{page}?token={token}"
-        yield {"url": url, "token": token, "server": server, "log": log_path, "notebook_url": notebook_url}
+        yield {
+            "url": url,
+            "token": token,
+            "server": server,
+            "log": log_path,
+            "notebook_url": notebook_url,
+            "state_dir": Path(state_dir),
+        }
     finally:
         server.terminate()  # kernels are shut down with the server; their pools stop with them
         try:

@@ -1,8 +1,13 @@
-"""The sidebar end to end: a real JupyterLab, a real kernel and 2-rank pool, headless Chromium (playwright-core).
+"""The sidebar end to end: a real JupyterLab, headless Chromium (playwright-core).
 
-The browser part is labextension/ui-tests/sidebar.e2e.mjs; this test starts JupyterLab for it, checks what it
-reports, and that no engine process is left once the sidebar's Stop was clicked. Screenshots are saved under
-artifacts/sidebar/.
+test_sidebar_shows_busy_ranks_interrupts_and_stops: a real kernel and 2-rank pool, driven by
+labextension/ui-tests/sidebar.e2e.mjs; no engine process is left once the sidebar's Stop was clicked.
+Screenshots: artifacts/sidebar/ (1-pool-idle.png ... 6-stopped.png, and lab.log).
+
+test_sidebar_fits_eight_ranks_and_shows_warnings: a pool file with 8 ranks (a straggler, a stalled rank, a NaN
+loss, a failed thread) seen at the sidebar's default width by labextension/ui-tests/sidebar-layout.e2e.mjs: one
+line per rank, no figure cut. Screenshots: artifacts/sidebar-layout/ (lab-8-ranks.png, sidebar-8-ranks.png,
+measurements.json).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,9 +25,12 @@ import pytest
 from conftest import wait_until_gone
 from lab import CHROMIUM, browser_skips, jupyterlab
 
+from jupyter_hvd import state
+
 ROOT = Path(__file__).resolve().parents[1]
 LABEXT = ROOT / "labextension"
 ARTIFACTS = ROOT / "artifacts" / "sidebar"
+LAYOUT_ARTIFACTS = ROOT / "artifacts" / "sidebar-layout"
 
 pytestmark = [
     *browser_skips(LABEXT),
@@ -85,3 +94,95 @@ def test_sidebar_shows_busy_ranks_interrupts_and_stops(lab: dict[str, object]) -
         assert wait_until_gone(f"hvd-{kpid}-") == []
     for pid in result["rankPids"]:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def eight_rank_pool(state_dir: Path) -> dict[str, object]:
+    """A running 8-rank GPU pool's file as the kernel writes it, owned by this (live) test process."""
+    now, me = time.time(), psutil.Process()
+    ranks = [
+        {
+            "rank": i,
+            "engine_id": i,
+            "host": "gpu-node-01",
+            "pid": 40100 + i,
+            "device": f"cuda:{i}",
+            "controller": "MPI",
+            "tensor_ops": "NCCL",
+            "local_rank": i,
+            "cross_rank": 0,
+            "state": "busy",
+            "step": 12345,
+            "loss": 0.2345 + i / 1000,
+            "last_line": f"epoch 3 step 12345 loss {0.2345 + i / 1000:.4f} lr 0.0008 (rank {i} of 8, 1.2 s/epoch)",
+            "cpu_percent": 101.0,
+            "rss_mb": 3100.0,
+            "gpu_mem_mb": 30500.0,
+            "gpu_mem_total_mb": 81920.0,
+            "gpu_util": 97.0,
+            "heartbeat": now,
+            "compute_ms": 25.4,
+            "wait_ms": 3.2,
+        }
+        for i in range(8)
+    ]
+    ranks[5].update(compute_ms=41.2, wait_ms=0.4)  # the straggler: the others wait for it
+    ranks[3].update(state="stalled", stalled_on="allreduce.module.fc2.weight_grad", compute_ms=None, wait_ms=None)
+    data = {
+        "id": "hvd-999999-1",
+        "state": "running",
+        "np": 8,
+        "options": {},
+        "started": now - 600,
+        "backend": "NCCL",
+        "hosts": ["gpu-node-01"],
+        "cell": "for epoch in range(100):",
+        "kernel_pid": me.pid,
+        "kernel_started": me.create_time(),
+        "kernel_id": "layout-test-kernel",
+        "notebook": "train_resnet.ipynb",
+        "ranks": ranks,
+        "straggler": {"rank": 5, "ratio": 1.62, "message": "rank 5 is 1.6x slower than the others (41 ms per step)"},
+        "nonfinite": {"rank": 0, "step": 12, "metric": "loss", "message": "loss became nan at step 12 on rank 0"},
+        "problems": ["the metric reporter on rank 2 failed: OSError: [Errno 28] No space left on device"],
+        "processes": [],
+    }
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    state.write_pool(state_dir / f"pool-{data['id']}.json", data)
+    return data
+
+
+def test_sidebar_fits_eight_ranks_and_shows_warnings(tmp_path: Path) -> None:
+    """At the default width each of 8 ranks is one line, no figure is cut, and the pool's warnings are shown."""
+    with jupyterlab(tmp_path, "empty.ipynb", ["1"]) as lab:
+        eight_rank_pool(Path(str(lab["state_dir"])))
+        shutil.rmtree(LAYOUT_ARTIFACTS, ignore_errors=True)
+        out = subprocess.run(
+            ["node", str(LABEXT / "ui-tests" / "sidebar-layout.e2e.mjs")],
+            cwd=LABEXT,
+            env={**os.environ, "LAB_URL": str(lab["url"]), "TOKEN": str(lab["token"]), "RANKS": "8",
+                 "ARTIFACTS": str(LAYOUT_ARTIFACTS), "CHROMIUM": CHROMIUM},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )  # fmt: skip
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    assert lines, f"the browser script printed no result:\n{out.stdout}\n{out.stderr}"
+    m = json.loads(lines[-1])
+    (LAYOUT_ARTIFACTS / "measurements.json").write_text(json.dumps(m, indent=1))
+    assert m["ok"], m
+    print(f"sidebar {m['sidebarWidth']:.0f} px wide, line {m['lineHeight']:.1f} px, rank rows {m['rankHeights']}")
+    assert 200 <= m["sidebarWidth"] <= 320, "the sidebar should be at JupyterLab's default width"
+    too_tall = [(i, h) for i, h in enumerate(m["rankHeights"]) if h >= 1.6 * m["lineHeight"]]
+    assert not too_tall, f"ranks taller than one line ({m['lineHeight']:.1f} px): {too_tall}; see {LAYOUT_ARTIFACTS}"
+    assert not m["truncated"], f"figures cut at the default width: {m['truncated']}"
+    assert m["horizontalOverflow"] <= 0, "the sidebar scrolls sideways at its default width"
+    assert m["headers"] == ["rank", "step", "loss", "c/w ms", "load", "last line"]
+    assert m["rowTexts"][0][:5] == ["0", "12345", "0.234", "25/3.2", "97% 30G"]
+    assert "stalled in allreduce.module.fc2.weight_grad" in m["stalledTitle"]
+    assert m["stragglers"] == [5], "the straggler's row should be highlighted"
+    assert m["warnings"] == [
+        ["nonfinite", "⚠ loss became nan at step 12 on rank 0"],
+        ["straggler", "⚠ rank 5 is 1.6x slower than the others (41 ms per step)"],
+        ["stalled", "⚠ rank 3 waits in allreduce.module.fc2.weight_grad"],
+        ["problem", "⚠ the metric reporter on rank 2 failed: OSError: [Errno 28] No space left on device"],
+    ], "the pool's warnings (server: jupyter_hvd/server/registry.py describe() must send them)"

@@ -137,6 +137,112 @@ export function formatLoss(loss: number | null | undefined): string {
   return loss === null || loss === undefined ? '–' : Number(loss).toPrecision(4);
 }
 
+/** A step count in at most 5 characters: 1200, 12345 → "12.3k", 2500000 → "2.5M". */
+export function formatStep(step: number | null | undefined): string {
+  if (step === null || step === undefined) {
+    return '–';
+  }
+  if (step < 100000) {
+    return String(step);
+  }
+  return step < 1e6 ? `${Math.round(step / 1000)}k` : `${(step / 1e6).toPrecision(2)}M`;
+}
+
+/** A loss in a narrow column (at most 6 characters): "0.123", "12.3", "1.2e-5", "3.4e+6". */
+export function formatLossShort(loss: number | null | undefined): string {
+  if (loss === null || loss === undefined) {
+    return '–';
+  }
+  const v = Number(loss);
+  const tiny = v !== 0 && Math.abs(v) < 0.001;
+  return tiny || Math.abs(v) >= 1e5 ? v.toExponential(1) : v.toPrecision(3);
+}
+
+function ms(v: number): string {
+  return v >= 10 ? String(Math.round(v)) : v.toFixed(1).replace(/\.0$/, '');
+}
+
+/** Compute/wait milliseconds per step, "12/3"; '–' until the rank has timed steps. */
+export function formatPace(r: IRank): string {
+  const known = (v: number | null | undefined): v is number => v !== null && v !== undefined && isFinite(v);
+  if (!known(r.compute_ms) && !known(r.wait_ms)) {
+    return '–';
+  }
+  return `${known(r.compute_ms) ? ms(r.compute_ms) : '?'}/${known(r.wait_ms) ? ms(r.wait_ms) : '?'}`;
+}
+
+/** What formatPace's two numbers mean, for its tooltip. */
+export function paceTitle(r: IRank): string {
+  if ((r.compute_ms ?? null) === null && (r.wait_ms ?? null) === null) {
+    return 'compute/wait ms per step: not measured yet (the rank has not timed a training step)';
+  }
+  const f = (v: number | null | undefined) => (v === null || v === undefined ? '?' : `${v.toFixed(1)} ms`);
+  return `per step (recent mean): ${f(r.compute_ms)} computing, ${f(r.wait_ms)} waiting for the other ranks in collectives`;
+}
+
+/** A rank's load in about 8 characters: GPU or CPU utilisation and memory, "87% 2.0G", "97% 30G", "98% 900M". */
+export function formatUsage(r: IRank): string {
+  const short = (mb: number | null | undefined) => {
+    if (mb === null || mb === undefined) {
+      return '';
+    }
+    return mb < 1024 ? `${Math.round(mb)}M` : mb < 10240 ? `${(mb / 1024).toFixed(1)}G` : `${Math.round(mb / 1024)}G`;
+  };
+  const gpu = r.gpu_mem_mb !== null && r.gpu_mem_mb !== undefined;
+  const util = gpu ? r.gpu_util : r.cpu_percent;
+  const pct = util === null || util === undefined ? '' : `${Math.round(util)}%`;
+  return [pct, short(gpu ? r.gpu_mem_mb : r.rss_mb)].filter(Boolean).join(' ') || '–';
+}
+
+/** Rank numbers as ranges: [1, 2, 3, 5] → "ranks 1-3, 5"; [4] → "rank 4". */
+export function formatRanks(ranks: number[]): string {
+  const sorted = [...ranks].sort((a, b) => a - b);
+  const parts: string[] = [];
+  for (let i = 0; i < sorted.length; i++) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) {
+      j++;
+    }
+    parts.push(j > i ? `${sorted[i]}-${sorted[j]}` : String(sorted[i]));
+    i = j;
+  }
+  return `${sorted.length === 1 ? 'rank' : 'ranks'} ${parts.join(', ')}`;
+}
+
+export type WarningKind = 'nonfinite' | 'straggler' | 'stalled' | 'problem';
+
+export interface IWarning {
+  kind: WarningKind;
+  text: string;
+}
+
+/**
+ * What needs the user's eye in a pool, one line each: a NaN/Inf metric, a straggler, ranks stalled in a
+ * collective (grouped by the tensors they wait in), and jupyter-hvd's own threads that failed.
+ */
+export function poolWarnings(p: IPool): IWarning[] {
+  const out: IWarning[] = [];
+  if (p.nonfinite) {
+    out.push({ kind: 'nonfinite', text: p.nonfinite.message });
+  }
+  if (p.straggler) {
+    out.push({ kind: 'straggler', text: p.straggler.message });
+  }
+  const waits = new Map<string, number[]>();
+  for (const r of p.ranks) {
+    if (r.state === 'stalled' && r.stalled_on) {
+      waits.set(r.stalled_on, [...(waits.get(r.stalled_on) ?? []), r.rank]);
+    }
+  }
+  waits.forEach((ranks, tensors) =>
+    out.push({ kind: 'stalled', text: `${formatRanks(ranks)} ${ranks.length === 1 ? 'waits' : 'wait'} in ${tensors}` })
+  );
+  for (const problem of p.problems ?? []) {
+    out.push({ kind: 'problem', text: problem });
+  }
+  return out;
+}
+
 /** The notebook a pool belongs to, by its file name; the kernel id when the server does not know it. */
 export function poolTitle(p: IPool): string {
   if (p.notebook) {

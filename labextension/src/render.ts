@@ -7,10 +7,16 @@ import {
   allowedActions,
   formatDuration,
   formatLoss,
+  formatLossShort,
   formatMemory,
+  formatPace,
+  formatStep,
+  formatUsage,
   IPool,
   IRank,
-  poolTitle
+  paceTitle,
+  poolTitle,
+  poolWarnings
 } from './model';
 
 const LABELS = { interrupt: 'Interrupt', restart: 'Restart', stop: 'Stop' };
@@ -36,47 +42,63 @@ function badge(state: string): HTMLElement {
   return b;
 }
 
-/** A rank's figures on one line: memory, step and loss (when the cell reports them), heartbeat age. */
-export function rankFigures(r: IRank): string {
-  const parts = [formatMemory(r)];
+/** Everything known about a rank, for the tooltip of its one-line row. */
+export function rankTitle(r: IRank): string {
+  const lines = [
+    `rank ${r.rank}: ${r.state}`,
+    `host ${r.host}, pid ${r.pid}, device ${r.device}`,
+    `${formatMemory(r)} · heartbeat ${formatDuration(r.heartbeat_age)} ago`
+  ];
   if (r.step !== null && r.step !== undefined) {
-    parts.push(`step ${r.step}`);
+    lines.push(`step ${r.step}` + (r.loss !== null && r.loss !== undefined ? ` · loss ${formatLoss(r.loss)}` : ''));
   }
-  if (r.loss !== null && r.loss !== undefined) {
-    parts.push(`loss ${formatLoss(r.loss)}`);
+  if (r.state === 'stalled' && r.stalled_on) {
+    lines.push(`stalled in ${r.stalled_on}`);
   }
-  parts.push(`beat ${formatDuration(r.heartbeat_age)}`);
-  return parts.join(' · ');
+  if (r.last_line) {
+    lines.push(`last line: ${r.last_line}`);
+  }
+  return lines.join('\n');
 }
 
-/** Up to three rows per rank, to fit a narrow sidebar: who and where; its figures; its last output line. */
-function rankRows(r: IRank): HTMLTableRowElement[] {
+/** The columns of the rank table: header, tooltip of the header, class of the cells. */
+const COLUMNS: [string, string, string][] = [
+  ['rank', 'rank, and its state as a colour: idle, busy, stalled (in a collective), dead', 'jp-HvdRank-rank'],
+  ['step', 'the last step the rank reported', 'jp-HvdRank-step'],
+  ['loss', 'the last loss the rank reported', 'jp-HvdRank-loss'],
+  ['c/w ms', 'milliseconds per step computing / waiting for the other ranks (recent mean)', 'jp-HvdRank-pace'],
+  ['load', 'GPU (or CPU) utilisation and memory', 'jp-HvdRank-usage'],
+  ['last line', "the rank's last output line (or what it waits in)", 'jp-HvdRank-line']
+];
+
+/** One table row per rank, one line high at the sidebar's default width; the rest is in its tooltip. */
+function rankRow(r: IRank, straggler: boolean): HTMLTableRowElement {
   const row = el('tr', 'jp-HvdRank');
   row.dataset.rank = String(r.rank);
   row.dataset.state = r.state;
   row.dataset.pid = String(r.pid);
-  const stateCell = el('td', '');
-  stateCell.appendChild(badge(r.state));
-  const where = el('td', 'jp-HvdRank-where', `${r.host}:${r.pid} · ${r.device}`);
-  where.title = `host ${r.host}, pid ${r.pid}, device ${r.device}`;
-  row.append(el('td', '', String(r.rank)), stateCell, where);
-  const rows = [row];
-  const figures = el('tr', 'jp-HvdRank-figuresRow');
-  figures.appendChild(el('td', '', ''));
-  const text = el('td', 'jp-HvdRank-figures', rankFigures(r));
-  text.colSpan = 2;
-  figures.appendChild(text);
-  rows.push(figures);
-  if (r.last_line) {
-    const lineRow = el('tr', 'jp-HvdRank-lastLine');
-    lineRow.appendChild(el('td', '', ''));
-    const line = el('td', 'jp-HvdRank-line', r.last_line);
-    line.colSpan = 2;
-    line.title = r.last_line;
-    lineRow.appendChild(line);
-    rows.push(lineRow);
+  if (straggler) {
+    row.dataset.straggler = 'true';
   }
-  return rows;
+  row.title = rankTitle(r);
+  const rankCell = el('td', COLUMNS[0][2]);
+  const dot = el('span', 'jp-HvdState jp-HvdState-dot');
+  dot.dataset.state = r.state;
+  dot.setAttribute('aria-label', r.state);
+  rankCell.append(dot, String(r.rank));
+  const pace = el('td', COLUMNS[3][2], formatPace(r));
+  pace.title = paceTitle(r);
+  const stalled = r.state === 'stalled' && r.stalled_on;
+  const line = el('td', COLUMNS[5][2], stalled ? `waits in ${r.stalled_on}` : r.last_line || '');
+  row.append(
+    rankCell,
+    el('td', COLUMNS[1][2], formatStep(r.step)),
+    el('td', COLUMNS[2][2], formatLossShort(r.loss)),
+    pace,
+    el('td', COLUMNS[4][2], formatUsage(r)),
+    line
+  );
+  return row;
 }
 
 /** One pool: title with state, its figures, the running cell, its buttons, and a table of its ranks. */
@@ -114,15 +136,22 @@ export function renderPool(p: IPool): HTMLElement {
     actions.appendChild(button);
   }
   box.appendChild(actions);
+  for (const w of poolWarnings(p)) {
+    const line = el('div', 'jp-HvdPool-warning', `⚠ ${w.text}`);
+    line.dataset.kind = w.kind;
+    box.appendChild(line);
+  }
   const table = el('table', 'jp-HvdRanks');
   const head = el('tr', '');
-  for (const h of ['rank', 'state', 'host:pid · device']) {
-    head.appendChild(el('th', '', h));
+  for (const [label, title, className] of COLUMNS) {
+    const th = el('th', className, label);
+    th.title = title;
+    head.appendChild(th);
   }
   const thead = el('thead', '');
   thead.appendChild(head);
   const tbody = el('tbody', '');
-  p.ranks.forEach(r => rankRows(r).forEach(row => tbody.appendChild(row)));
+  p.ranks.forEach(r => tbody.appendChild(rankRow(r, p.straggler?.rank === r.rank)));
   table.append(thead, tbody);
   box.appendChild(table);
   return box;

@@ -5,7 +5,13 @@ import {
   choosePool,
   confirmation,
   formatDuration,
-  formatMemory
+  formatLossShort,
+  formatMemory,
+  formatPace,
+  formatRanks,
+  formatStep,
+  formatUsage,
+  poolWarnings
 } from '../src/model';
 import { pool, rank } from './fixtures';
 
@@ -24,6 +30,63 @@ describe('figures', () => {
     );
     expect(formatMemory(rank({ cpu_percent: 99.6, rss_mb: 812.3 }))).toBe('CPU 100% 812 MB');
     expect(formatMemory(rank())).toBe('–');
+  });
+});
+
+describe('one-line rank figures', () => {
+  it('keeps steps, losses, pace and load within their narrow columns', () => {
+    expect([0, 1200, 99999, 123456, 2_500_000].map(formatStep)).toEqual(['0', '1200', '99999', '123k', '2.5M']);
+    expect(formatStep(undefined)).toBe('–');
+    expect([0.123456, 12.3456, 0.0000123, 2, 0, 3.4e6].map(formatLossShort)).toEqual([
+      '0.123',
+      '12.3',
+      '1.2e-5',
+      '2.00',
+      '0.00',
+      '3.4e+6'
+    ]);
+    expect(formatPace(rank({ compute_ms: 120.4, wait_ms: 30 }))).toBe('120/30');
+    expect(formatPace(rank({ compute_ms: 2.04, wait_ms: 0.31 }))).toBe('2/0.3');
+    expect(formatPace(rank({ compute_ms: 5, wait_ms: null }))).toBe('5/?');
+    expect(formatPace(rank())).toBe('–');
+    expect(formatUsage(rank({ cpu_percent: 98.4, rss_mb: 900 }))).toBe('98% 900M');
+    expect(formatUsage(rank({ gpu_mem_mb: 2048, gpu_util: 87, cpu_percent: 100, rss_mb: 3000 }))).toBe('87% 2.0G');
+    expect(formatUsage(rank({ gpu_mem_mb: 30500, gpu_util: 97 }))).toBe('97% 30G');
+    expect(formatUsage(rank())).toBe('–');
+  });
+
+  it('names ranks as ranges', () => {
+    expect(formatRanks([4])).toBe('rank 4');
+    expect(formatRanks([5, 1, 2, 3, 7])).toBe('ranks 1-3, 5, 7');
+  });
+});
+
+describe('pool warnings', () => {
+  it('has none for a healthy pool', () => {
+    expect(poolWarnings(pool())).toEqual([]);
+    expect(poolWarnings(pool({ straggler: null, nonfinite: null, problems: [] }))).toEqual([]);
+  });
+
+  it('says a NaN first, then the straggler, stalled ranks by tensor, and failed threads', () => {
+    const p = pool({
+      ranks: [
+        rank({ state: 'stalled', stalled_on: 'a' }),
+        rank({ rank: 1, state: 'stalled', stalled_on: 'b' }),
+        rank({ rank: 2, state: 'stalled', stalled_on: 'a' }),
+        rank({ rank: 3, state: 'busy', stalled_on: 'old' })
+      ],
+      straggler: { rank: 1, ratio: 2, message: 'rank 1 is 2x slower' },
+      nonfinite: { rank: 0, step: 3, metric: 'loss', message: 'loss became inf at step 3 on rank 0' },
+      problems: ['reporter failed', 'watcher failed']
+    });
+    expect(poolWarnings(p)).toEqual([
+      { kind: 'nonfinite', text: 'loss became inf at step 3 on rank 0' },
+      { kind: 'straggler', text: 'rank 1 is 2x slower' },
+      { kind: 'stalled', text: 'ranks 0, 2 wait in a' },
+      { kind: 'stalled', text: 'rank 1 waits in b' },
+      { kind: 'problem', text: 'reporter failed' },
+      { kind: 'problem', text: 'watcher failed' }
+    ]);
   });
 });
 

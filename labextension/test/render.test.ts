@@ -34,12 +34,78 @@ describe('sidebar rendering', () => {
     const rows = Array.from(box.querySelectorAll('tr.jp-HvdRank')) as HTMLElement[];
     expect(rows.map(r => r.dataset.state)).toEqual(['busy', 'stalled']);
     expect(rows.map(r => r.dataset.pid)).toEqual(['4242', '4243']);
-    expect(Array.from(rows[0].children).map(c => c.textContent)).toEqual(['0', 'busy', 'node1:4242 · cpu']);
-    expect(texts(box, '.jp-HvdRank-figures')).toEqual([
-      'CPU 98% 900 MB · step 1200 · loss 0.1235 · beat 0 s',
-      'CPU 1% 880 MB · beat 0 s'
+    expect(Array.from(rows[0].children).map(c => c.textContent)).toEqual([
+      '0',
+      '1200',
+      '0.123',
+      '–',
+      '98% 900M',
+      'epoch 3 loss 0.12'
     ]);
-    expect(texts(box, '.jp-HvdRank-line')).toEqual(['epoch 3 loss 0.12']);
+    expect(Array.from(rows[1].children).map(c => c.textContent)).toEqual(['1', '–', '–', '–', '1% 880M', '']);
+    expect((rows[0].querySelector('.jp-HvdState-dot') as HTMLElement).dataset.state).toBe('busy');
+    expect(rows[0].title).toContain('host node1, pid 4242, device cpu');
+    expect(rows[0].title).toContain('CPU 98% 900 MB · heartbeat 0 s ago');
+    expect(rows[0].title).toContain('step 1200 · loss 0.1235');
+    expect(rows[0].title).toContain('last line: epoch 3 loss 0.12');
+    expect(texts(box, 'th')).toEqual(['rank', 'step', 'loss', 'c/w ms', 'load', 'last line']);
+    expect(box.querySelectorAll('.jp-HvdPool-warning').length).toBe(0);
+  });
+
+  it('shows compute/wait per step with a title that says what the numbers are', () => {
+    const root = document.createElement('div');
+    renderPools(root, [pool({ ranks: [rank({ compute_ms: 12.34, wait_ms: 3.06 }), rank({ rank: 1 })] })]);
+    const pace = Array.from(root.querySelectorAll('td.jp-HvdRank-pace')) as HTMLElement[];
+    expect(pace.map(p => p.textContent)).toEqual(['12/3.1', '–']);
+    expect(pace[0].title).toBe(
+      'per step (recent mean): 12.3 ms computing, 3.1 ms waiting for the other ranks in collectives'
+    );
+    expect(pace[1].title).toMatch(/not measured yet/);
+  });
+
+  it('shows the tensors a stalled rank waits in, on its row and as a pool warning', () => {
+    const root = document.createElement('div');
+    renderPools(root, [
+      pool({
+        state: 'running',
+        ranks: [
+          rank({ state: 'busy', last_line: 'epoch 9' }),
+          rank({ rank: 1, state: 'stalled', stalled_on: 'allreduce.grad.fc1.weight', last_line: 'epoch 8' }),
+          rank({ rank: 2, state: 'stalled', stalled_on: 'allreduce.grad.fc1.weight' })
+        ]
+      })
+    ]);
+    expect(texts(root, 'td.jp-HvdRank-line')).toEqual([
+      'epoch 9',
+      'waits in allreduce.grad.fc1.weight',
+      'waits in allreduce.grad.fc1.weight'
+    ]);
+    expect((root.querySelector('tr[data-rank="1"]') as HTMLElement).title).toContain(
+      'stalled in allreduce.grad.fc1.weight'
+    );
+    expect(texts(root, '.jp-HvdPool-warning[data-kind="stalled"]')).toEqual([
+      '⚠ ranks 1-2 wait in allreduce.grad.fc1.weight'
+    ]);
+  });
+
+  it('highlights a straggler and says the NaN, the straggler and failed threads as warning lines', () => {
+    const root = document.createElement('div');
+    renderPools(root, [
+      pool({
+        ranks: [rank(), rank({ rank: 1, compute_ms: 40, wait_ms: 1 })],
+        straggler: { rank: 1, ratio: 1.8, message: 'rank 1 is 1.8x slower than the others (40 ms per step)' },
+        nonfinite: { rank: 0, step: 12, metric: 'loss', message: 'loss became nan at step 12 on rank 0' },
+        problems: ['the pool watcher failed: OSError: disk full']
+      })
+    ]);
+    const rows = Array.from(root.querySelectorAll('tr.jp-HvdRank')) as HTMLElement[];
+    expect(rows.map(r => r.dataset.straggler)).toEqual([undefined, 'true']);
+    const warnings = Array.from(root.querySelectorAll('.jp-HvdPool-warning')) as HTMLElement[];
+    expect(warnings.map(w => [w.dataset.kind, w.textContent])).toEqual([
+      ['nonfinite', '⚠ loss became nan at step 12 on rank 0'],
+      ['straggler', '⚠ rank 1 is 1.8x slower than the others (40 ms per step)'],
+      ['problem', '⚠ the pool watcher failed: OSError: disk full']
+    ]);
   });
 
   it('enables only the buttons that make sense, each naming its pool and action', () => {

@@ -83,25 +83,30 @@ try {
   timings.ranks_busy_s = (Date.now() - busyAt) / 1000;
   await poolBox.locator('.jp-HvdPool-cell', { hasText: 'import time' }).waitFor({ timeout: 5000 });
   await second.locator('.jp-OutputArea-output', { hasText: 'step 3' }).waitFor({ timeout: 30000 });
-  // Live figures of each rank: CPU and RSS (no GPU here), heartbeat age; rank 0 (whose output the cell shows)
+  // Live figures of each rank, one line each: CPU and RSS (no GPU here); rank 0 (whose output the cell shows)
   // also its step, read from its printed lines, and its last output line, while the cell runs.
   await page.waitForFunction(
     () => {
-      const figures = Array.from(document.querySelectorAll('#jupyter-hvd-sidebar .jp-HvdRank-figures')).map(
-        f => f.textContent || ''
-      );
-      const line = document.querySelector('#jupyter-hvd-sidebar .jp-HvdRank-line')?.textContent || '';
+      const rows = Array.from(document.querySelectorAll('#jupyter-hvd-sidebar tr.jp-HvdRank'));
+      const cell = (row, name) => row.querySelector(`.jp-HvdRank-${name}`)?.textContent || '';
       return (
-        figures.length === 2 &&
-        /^CPU \d+% \d+ MB · step \d+ · beat \d+ s$/.test(figures[0]) &&
-        /^CPU \d+% \d+ MB · beat \d+ s$/.test(figures[1]) &&
-        /^step \d+$/.test(line)
+        rows.length === 2 &&
+        /^\d+$/.test(cell(rows[0], 'step')) &&
+        rows.every(r => /^\d+% \d+M$/.test(cell(r, 'usage'))) &&
+        cell(rows[1], 'step') === '–' &&
+        /^step \d+$/.test(cell(rows[0], 'line')) &&
+        /beat \d+ s ago/.test(rows[1].title)
       );
     },
     null,
     { timeout: 10000 }
   );
-  timings.figures_busy = await sidebar.locator('.jp-HvdRank-figures').allTextContents();
+  timings.figures_busy = await ranks.evaluateAll(rows => rows.map(r => Array.from(r.cells).map(c => c.textContent)));
+  // One line per rank at the sidebar's default width (the layout test checks 8 ranks from a pool file).
+  timings.rank_row_heights = await ranks.evaluateAll(rows => rows.map(r => r.getBoundingClientRect().height));
+  if (timings.rank_row_heights.some(h => h > 30)) {
+    throw new Error(`rank rows taller than one line: ${timings.rank_row_heights}`);
+  }
   await shot('2-ranks-busy');
 
   // Interrupt: no question asked; the cell stops, the ranks return to idle.

@@ -1,0 +1,88 @@
+// The sidebar's layout in a real browser: JupyterLab (started by tests/test_sidebar_ui.py, which also wrote a
+// pool file with 8 ranks, a straggler, a stalled rank, a NaN loss and a failed thread), headless Chromium, the
+// sidebar at its default width. Prints one JSON line of measurements; screenshots go to $ARTIFACTS.
+//
+// Env: LAB_URL (http://127.0.0.1:PORT/), TOKEN, RANKS (how many rank rows to wait for), ARTIFACTS.
+import { chromium } from 'playwright-core';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+const { LAB_URL, TOKEN, RANKS = '8', ARTIFACTS = 'artifacts' } = process.env;
+mkdirSync(ARTIFACTS, { recursive: true });
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking']
+});
+const page = await browser.newPage({ viewport: { width: 1500, height: 900 } });
+const errors = [];
+page.on('pageerror', e => errors.push(e.message));
+
+/** Measures the rank table as laid out: each rank's height (top of its row to the next rank's), one text line. */
+function measure() {
+  const side = document.querySelector('#jupyter-hvd-sidebar');
+  const table = side.querySelector('table.jp-HvdRanks');
+  const rows = Array.from(side.querySelectorAll('tr.jp-HvdRank'));
+  const tops = rows.map(r => r.getBoundingClientRect().top);
+  const bottom = table.getBoundingClientRect().bottom;
+  // A rank's height includes any extra rows it has (the layout before issue 18 had up to three per rank).
+  const rankHeights = tops.map((t, i) => (i + 1 < tops.length ? tops[i + 1] : bottom) - t);
+  // One line of the table's text: a block with the table's font and one character.
+  const probe = document.createElement('div');
+  const style = getComputedStyle(rows[0].cells[0]);
+  Object.assign(probe.style, {
+    fontSize: style.fontSize,
+    fontFamily: style.fontFamily,
+    lineHeight: style.lineHeight,
+    position: 'absolute',
+    visibility: 'hidden'
+  });
+  probe.textContent = '0';
+  document.body.appendChild(probe);
+  const lineHeight = probe.getBoundingClientRect().height;
+  probe.remove();
+  // Figures cut by an ellipsis (the last column, the output line, may be cut: the tooltip has it all).
+  const truncated = [];
+  for (const row of rows) {
+    for (const cell of Array.from(row.cells)) {
+      if (!cell.classList.contains('jp-HvdRank-line') && cell.scrollWidth > cell.clientWidth + 1) {
+        truncated.push(`rank ${row.dataset.rank}: ${cell.className} "${cell.textContent}"`);
+      }
+    }
+  }
+  const texts = sel => Array.from(side.querySelectorAll(sel)).map(n => n.textContent);
+  return {
+    sidebarWidth: side.getBoundingClientRect().width,
+    horizontalOverflow: side.scrollWidth - side.clientWidth,
+    lineHeight,
+    rankHeights,
+    truncated,
+    rowTexts: rows.map(r => Array.from(r.cells).map(c => c.textContent)),
+    headers: texts('table.jp-HvdRanks th'),
+    warnings: Array.from(side.querySelectorAll('.jp-HvdPool-warning')).map(w => [w.dataset.kind, w.textContent]),
+    stragglers: rows.filter(r => r.dataset.straggler === 'true').map(r => Number(r.dataset.rank)),
+    stalledTitle: rows.find(r => r.dataset.state === 'stalled')?.title ?? null
+  };
+}
+
+try {
+  await page.goto(`${LAB_URL}lab?token=${TOKEN}&reset`);
+  await page.locator('.jp-SideBar [data-id="jupyter-hvd-sidebar"]').click({ timeout: 60000 });
+  const sidebar = page.locator('#jupyter-hvd-sidebar');
+  await page.waitForFunction(
+    n => document.querySelectorAll('#jupyter-hvd-sidebar tr.jp-HvdRank').length === n,
+    Number(RANKS),
+    { timeout: 15000 }
+  );
+  await page.waitForTimeout(500); // fonts and the panel's size settle
+  const result = await page.evaluate(measure);
+  await page.screenshot({ path: join(ARTIFACTS, 'lab-8-ranks.png') });
+  await sidebar.screenshot({ path: join(ARTIFACTS, 'sidebar-8-ranks.png') });
+  console.log(JSON.stringify({ ok: errors.filter(e => /hvd/i.test(e)).length === 0, errors, ...result }));
+} catch (error) {
+  await page.screenshot({ path: join(ARTIFACTS, 'failure.png') }).catch(() => undefined);
+  console.log(JSON.stringify({ ok: false, error: String(error), errors }));
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}
