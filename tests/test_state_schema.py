@@ -73,8 +73,10 @@ def full_pool_file() -> dict:
 
 def test_the_docstring_and_the_field_lists_agree() -> None:
     pool_fields, rank_fields, _ = documented_fields()
-    assert not differ(pool_fields, "state.py's docstring", set(state.FIELDS), "state.FIELDS")
-    assert not differ(rank_fields, "state.py's docstring (ranks)", set(state.RANK_FIELDS), "state.RANK_FIELDS")
+    problem = differ(pool_fields, "state.py's docstring", set(state.FIELDS), "state.FIELDS")
+    assert not problem, problem
+    problem = differ(rank_fields, "state.py's docstring (ranks)", set(state.RANK_FIELDS), "state.RANK_FIELDS")
+    assert not problem, problem
     assert len(state.FIELDS) == len(set(state.FIELDS)) and len(state.RANK_FIELDS) == len(set(state.RANK_FIELDS))
 
 
