@@ -135,4 +135,7 @@ def describe(
         "updated_age": round(now - updated, 1),
         "cell": data.get("cell"),
         "ranks": ranks,
+        "straggler": data.get("straggler"),
+        "nonfinite": data.get("nonfinite"),
+        "problems": data.get("problems") or [],
     }
