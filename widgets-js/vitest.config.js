@@ -1,5 +1,5 @@
 import { defineConfig } from "vitest/config";
 
 export default defineConfig({
-  test: { environment: "happy-dom", include: ["test/**/*.test.js"] },
+  test: { environment: "happy-dom", include: ["test/**/*.test.js"], setupFiles: ["test/canvas.js"] },
 });

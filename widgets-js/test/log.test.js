@@ -1,6 +1,6 @@
 // The live view's log component: ANSI colours, capped lines with a dropped count, progress bars in place.
 import { describe, expect, it } from "vitest";
-import { LogModel, LogView, ansiToHtml } from "../../jupyter_hvd/widgets/static/live_view.js";
+import { LogModel, LogView, ansiToHtml } from "../src/log.js";
 
 describe("ansiToHtml", () => {
   it("keeps colours as spans and escapes HTML", () => {

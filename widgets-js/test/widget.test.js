@@ -1,6 +1,6 @@
 // The widget as anywidget runs it: initialize() on the model, render() into an element, updates by message.
 import { describe, expect, it } from "vitest";
-import widget from "../../jupyter_hvd/widgets/static/live_view.js";
+import widget, { Store } from "../src/live_view.js";
 
 function fakeModel(state) {
   const handlers = new Map();
@@ -50,9 +50,80 @@ describe("the live view widget", () => {
     expect(model.sent).toEqual([{ type: "sync" }]); // a missed update: ask the kernel for a full copy
   });
 
+  it("draws one panel per --plot pattern, each shown once one of its metrics has a point", async () => {
+    const model = fakeModel({ view_id: "v3", plots: ["loss", "acc"], log_lines: 100, updates: 0 });
+    widget.initialize({ model });
+    const el = document.createElement("div");
+    document.body.appendChild(el);
+    widget.render({ model, el });
+    const update = (seq, curves) => ({
+      type: "update",
+      seq,
+      full: false,
+      curves: curves.map(([name, start, xs]) => ({ name, start, reset: false, n: xs.length })),
+      log: null,
+      status: { state: "running", ranks: 2, step: 1, elapsed: 1 },
+    });
+    const panels = () => [...el.querySelectorAll(".jhvd-plot")].map((p) => [p.style.display, p.dataset.points]);
+    model.emit("msg:custom", update(1, [["loss", 0, [0, 1]], ["val_loss", 0, [1]]]), [
+      f64([0, 1]), f64([2, 1]), f64([1]), f64([1.5]),
+    ]);
+    await frame();
+    expect(panels()).toEqual([["", "3"], ["none", "0"]]);
+    expect(el.querySelectorAll(".jhvd-plot .uplot").length).toBe(1);
+    model.emit("msg:custom", update(2, [["accuracy", 0, [1]]]), [f64([1]), f64([0.4])]);
+    await frame();
+    expect(panels()).toEqual([["", "3"], ["", "1"]]);
+    expect([...el.querySelectorAll(".jhvd-legend")].map((l) => l.textContent)).toEqual([
+      "loss 1val_loss 1.5",
+      "accuracy 0.4",
+    ]);
+  });
+
   it("asks for a full copy when created after the cell ended (a reloaded page)", () => {
     const model = fakeModel({ view_id: "v2", plots: ["loss"], log_lines: 100, updates: 12 });
     widget.initialize({ model });
     expect(model.sent).toEqual([{ type: "sync" }]);
+  });
+});
+
+describe("Store", () => {
+  it("applies updates with binary buffers and asks for a copy after a missed one", () => {
+    const store = new Store(100);
+    const buf = (a) => new DataView(new Float64Array(a).buffer);
+    const msg = (seq, start, xs, ys) => ({
+      type: "update",
+      seq,
+      full: false,
+      curves: [{ name: "loss", start, reset: false, n: xs.length }],
+      log: { append: [[`seq ${seq}`, "stdout"]], partials: [], total: seq },
+      status: { state: "running", ranks: 2, step: xs.at(-1), elapsed: 1 },
+    });
+    expect(store.handle(msg(1, 0, [0, 1], [2, 1]), [buf([0, 1]), buf([2, 1])])).toBe(true);
+    expect(store.handle(msg(2, 2, [2], [0.5]), [buf([2]), buf([0.5])])).toBe(true);
+    expect(store.series.series.get("loss").n).toBe(3);
+    expect(store.handle(msg(4, 5, [5], [0.1]), [buf([5]), buf([0.1])])).toBe(false);
+  });
+});
+
+describe("Store buffers", () => {
+  it("accepts ArrayBuffers, DataViews and typed arrays at any offset", () => {
+    const store = new Store(10);
+    const bytes = new Uint8Array(8 * 3 + 4);
+    new DataView(bytes.buffer).setFloat64(4, 1.5, true);
+    const shifted = new DataView(bytes.buffer, 4, 8);
+    const msg = (seq, start) => ({
+      type: "update",
+      seq,
+      full: false,
+      curves: [{ name: "loss", start, reset: false, n: 1 }],
+      log: null,
+      status: { state: "running", ranks: 1, elapsed: 0 },
+    });
+    store.handle(msg(1, 0), [f64([0]), f64([2])]);
+    store.handle(msg(2, 1), [new DataView(f64([1])), shifted]);
+    store.handle(msg(3, 2), [new Float64Array([2]), new Float64Array([3])]);
+    const loss = store.series.series.get("loss");
+    expect(Array.from(loss.y.subarray(0, loss.n))).toEqual([2, 1.5, 3]);
   });
 });

@@ -1,0 +1,33 @@
+// The status line's text, and numbers as the plot's legend and readout show them.
+
+export function formatNumber(v) {
+  if (!Number.isFinite(v)) return String(v);
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e5)) return v.toExponential(2);
+  return +v.toPrecision(4) + "";
+}
+
+export function formatDuration(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const pad = (v) => String(v).padStart(2, "0");
+  return h ? `${h}:${pad(m)}:${pad(s % 60)}` : `${m}:${pad(s % 60)}`;
+}
+
+/** The status line: state, ranks, step, samples/s, elapsed, ETA. `elapsed` is the current elapsed time. */
+export function formatStatus(status, elapsed) {
+  if (!status) return "";
+  const state = { running: "● running", done: "✓ finished", failed: "✗ stopped" }[status.state] ?? status.state;
+  const bits = [state, `${status.ranks} rank${status.ranks === 1 ? "" : "s"}`];
+  if (status.step !== null && status.step !== undefined)
+    bits.push(`step ${formatNumber(status.step)}${status.total ? `/${status.total}` : ""}`);
+  if (status.samples_per_s) bits.push(`${Math.round(status.samples_per_s).toLocaleString("en-US")} samples/s`);
+  else if (status.steps_per_s) bits.push(`${formatNumber(status.steps_per_s)} steps/s`);
+  bits.push(`${formatDuration(elapsed)} elapsed`);
+  if (status.state === "running" && status.eta !== null && status.eta !== undefined)
+    bits.push(`ETA ${formatDuration(status.eta)}`);
+  if (status.warning) bits.push(`⚠ ${status.warning}`);
+  if (status.straggler) bits.push(status.straggler);
+  return bits.join(" · ");
+}
