@@ -72,6 +72,22 @@ else
   pip install cloudpickle psutil pyyaml   # horovod's own runtime requirements (installed --no-deps above)
 fi
 
+# The front end: one npm workspace at the root (package.json, package-lock.json) over labextension/ (the sidebar)
+# and widgets-js/ (the live view); ui-tests/ drive Chromium with its playwright-core. It gets exactly the locked
+# versions (npm ci) unless it has them already; `pip install -e .` below then builds both into jupyter_hvd/
+# (hatch-jupyter-builder: npm install, which finds nothing to do, and npm run build).
+if ! command -v npm >/dev/null; then
+  echo "npm is missing: the sidebar and the live view are built with it (install Node.js 20 with npm)" >&2
+  exit 1
+fi
+if [ ! -f package-lock.json ]; then
+  log "installing the front end's packages (npm install: no package-lock.json yet)"
+  npm install --no-audit --no-fund >/dev/null 2>&1 || { echo "npm install failed in $ROOT" >&2; exit 1; }
+elif [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  log "installing the front end's packages (npm ci)"
+  npm ci --no-audit --no-fund >/dev/null 2>&1 || { echo "npm ci failed in $ROOT" >&2; exit 1; }
+fi
+
 log "installing jupyter-hvd (editable)"
 pip install --no-build-isolation --no-deps -e .
 # A kernelspec inside the venv, so notebooks run by this venv's Jupyter use this venv's Python.
@@ -79,7 +95,8 @@ pip install --no-build-isolation --no-deps -e .
 "$VENV/bin/python" -m jupyter_hvd.doctor
 
 # Test tools from Debian: Chromium (browser tests), iproute2 (two-host test in network namespaces),
-# slurm-wlm + munge (a real single-node SLURM job). Tests that lack one skip with the reason.
+# slurm-wlm + munge (a real single-node SLURM job). Tests that lack one skip with the reason, except Chromium:
+# the browser tests fail without it.
 if [ "$WITH_TEST_TOOLS" = 1 ]; then
   missing=()
   [ -x /usr/bin/chromium ] || missing+=(chromium)
@@ -91,18 +108,10 @@ if [ "$WITH_TEST_TOOLS" = 1 ]; then
       log "installing test tools from Debian: ${missing[*]}"
       apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-      log "missing ${missing[*]} (needs root and apt-get): the tests that use them will be skipped"
+      log "missing ${missing[*]} (needs root and apt-get): the tests that use them will skip, or fail (Chromium)"
     fi
   fi
 fi
 
-# The sidebar: JupyterLab serves the in-tree build (`npm run build` in labextension/ updates it); its front-end
-# unit tests and browser tests need the labextension's dev dependencies (vitest, playwright-core).
+# JupyterLab serves the in-tree build of the sidebar (`npm run build` updates it).
 "$VENV/bin/jupyter" labextension develop --overwrite . >/dev/null 2>&1 || log "could not link the sidebar's labextension"
-if [ "$WITH_TEST_TOOLS" = 1 ] && command -v npm >/dev/null; then
-  # JS unit tests (vitest) and the browser tests' driver (playwright-core) of the sidebar and the live view.
-  for dir in labextension widgets-js; do
-    log "installing the front-end test tools (npm install in $dir/)"
-    (cd "$dir" && npm install --no-audit --no-fund >/dev/null 2>&1) || { echo "npm install failed in $dir/" >&2; exit 1; }
-  done
-fi
