@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CI check in the manner of jupyterlab/extension-template: build the wheel, install it in a fresh venv where
 # node is hidden, and check that JupyterLab and jupyter_server see the extension enabled and start cleanly
-# (`python -m jupyterlab.browser_check --no-browser-test`); then load JupyterLab from that venv in headless
-# Chromium and check the sidebar appears. Usage: bash scripts/check_wheel.sh [workdir]
+# (`python -m jupyterlab.browser_check --no-browser-test`) and that the live view's bundle is there; then load
+# JupyterLab from that venv in headless Chromium and check the sidebar appears.
+# Usage: bash scripts/check_wheel.sh [workdir]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${1:-$(mktemp -d)}"
@@ -18,7 +19,9 @@ WHEEL="$(ls "$WORK"/dist/jupyter_hvd-*.whl)"
 unzip -l "$WHEEL" > "$WORK/wheel-files.txt"
 grep -q "share/jupyter/labextensions/jupyter-hvd/package.json" "$WORK/wheel-files.txt"
 grep -q "etc/jupyter/jupyter_server_config.d/jupyter_hvd.json" "$WORK/wheel-files.txt"
-echo "   $WHEEL holds the labextension and the server config"
+grep -q "jupyter_hvd/widgets/static/live_view.js" "$WORK/wheel-files.txt"
+grep -q "jupyter_hvd/widgets/static/live_view.css" "$WORK/wheel-files.txt"
+echo "   $WHEEL holds the labextension, the live view's bundle and the server config"
 
 echo "== install it where node is hidden"
 SHIMS="$WORK/no-node"
@@ -39,6 +42,9 @@ grep -E "jupyter-hvd v[0-9.]+ .*enabled.*OK" "$WORK/labextensions.txt" >/dev/nul
 jupyter server extension list 2>&1 | tee "$WORK/serverextensions.txt"
 grep -E "jupyter_hvd .*enabled" "$WORK/serverextensions.txt" >/dev/null
 
+echo "== the live view's widget finds its bundled JS and CSS (anywidget reads them when the class is defined)"
+(cd "$WORK" && python -c "from jupyter_hvd.widgets.live_view import STATIC, TrainingView; print('  ', STATIC)")
+
 echo "== browser_check (server side, no node)"
 (cd "$WORK" && python -m jupyterlab.browser_check --no-browser-test --ServerApp.allow_root=True)
 
@@ -57,6 +63,6 @@ for _ in $(seq 120); do
 done
 grep -q "jupyter_hvd | extension was successfully loaded" "$WORK/lab.log"
 # The browser driver is a test tool: it runs with the machine's node, against the server from the wheel.
-(cd "$ROOT/labextension" && LAB_URL="http://127.0.0.1:$PORT/lab?token=$TOKEN" SCREENSHOT="$WORK/sidebar-from-wheel.png" \
-  /usr/bin/env PATH="${PATH#"$SHIMS:"}" node ui-tests/loads.mjs)
+LAB_URL="http://127.0.0.1:$PORT/lab?token=$TOKEN" ARTIFACTS="$WORK/sidebar-from-wheel" \
+  /usr/bin/env PATH="${PATH#"$SHIMS:"}" node "$ROOT/ui-tests/sidebar_loads.mjs"
 echo "wheel check passed"

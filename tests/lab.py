@@ -1,7 +1,9 @@
-"""A real JupyterLab (or Notebook 7) for the browser tests: free port, token, private state and settings, a notebook."""
+"""A real JupyterLab (or Notebook 7) for the browser tests: free port, token, private state and settings, a notebook;
+and the browser scripts of ui-tests/ run against it (run_browser)."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -20,18 +22,40 @@ import pytest
 
 from jupyter_hvd import state
 
+ROOT = Path(__file__).resolve().parents[1]
+UI_TESTS = ROOT / "ui-tests"  # the browser scripts and their shared driver (ui-tests/driver.mjs)
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+SETUP = "bash scripts/setup.sh --with-test-tools (or scripts/test.sh, which runs it)"
 
 
-def browser_skips(js_dir: Path) -> list[pytest.MarkDecorator]:
-    """Skip marks of a browser test: Debian's Chromium, and node with playwright-core installed in `js_dir`."""
-    return [
-        pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium: apt-get install -y chromium"),
-        pytest.mark.skipif(
-            not (js_dir / "node_modules" / "playwright-core").exists() or not shutil.which("node"),
-            reason=f"needs node and playwright-core: cd {js_dir.name} && npm install",
-        ),
-    ]
+def require_browser_tools() -> None:
+    """Fail (not skip) when a browser test cannot run: a green run must not leave the UI untested."""
+    missing = []
+    if not shutil.which("node"):
+        missing.append("node (Node.js 20 with npm: apt-get install -y nodejs npm)")
+    elif not (ROOT / "node_modules" / "playwright-core").is_dir():
+        missing.append("playwright-core (npm ci in the repository root)")
+    if not Path(CHROMIUM).exists():
+        missing.append(f"Chromium at {CHROMIUM} (apt-get install -y chromium, or CHROMIUM=/path/to/chromium)")
+    if missing:
+        pytest.fail(f"the browser tests need {', '.join(missing)}; {SETUP} installs them", pytrace=False)
+
+
+def run_browser(script: str, env: dict[str, str], timeout: float) -> tuple[dict, subprocess.CompletedProcess[str]]:
+    """Run ui-tests/`script` with node and return the result it printed (its last JSON line) and the process."""
+    require_browser_tools()
+    out = subprocess.run(
+        ["node", str(UI_TESTS / script)],
+        cwd=ROOT,
+        env={**os.environ, "CHROMIUM": CHROMIUM, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        pytest.fail(f"ui-tests/{script} printed no result:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1]), out
 
 
 def free_port() -> int:
@@ -55,6 +79,7 @@ def jupyterlab(
     """
     if app not in ("lab", "notebook"):
         raise ValueError(f"app must be 'lab' or 'notebook', not {app!r}")
+    require_browser_tools()
     root = tmp_path / "root"
     root.mkdir()
     nb = nbformat.v4.new_notebook()

@@ -1,19 +1,18 @@
 """The sidebar end to end: a real JupyterLab, headless Chromium (playwright-core).
 
-test_sidebar_shows_busy_ranks_interrupts_and_stops: a real kernel and 2-rank pool, driven by
-labextension/ui-tests/sidebar.e2e.mjs; no engine process is left once the sidebar's Stop was clicked.
+test_sidebar_shows_busy_ranks_interrupts_and_stops: a real kernel and 2-rank pool, driven by ui-tests/sidebar.mjs;
+no engine process is left once the sidebar's Stop was clicked.
 Screenshots: artifacts/sidebar/ (1-pool-idle.png ... 6-stopped.png, and lab.log).
 
 test_sidebar_fits_eight_ranks_and_shows_warnings: a pool file with 8 ranks (a straggler, a stalled rank, a NaN
-loss, a failed thread) seen at the sidebar's default width by labextension/ui-tests/sidebar-layout.e2e.mjs: one
-line per rank, no figure cut. Screenshots: artifacts/sidebar-layout/ (lab-8-ranks.png, sidebar-8-ranks.png,
+loss, a failed thread) seen at the sidebar's default width by ui-tests/sidebar_layout.mjs: one line per rank, no
+figure cut. Screenshots: artifacts/sidebar-layout/ (lab-8-ranks.png, sidebar-8-ranks.png,
 measurements.json).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -23,22 +22,20 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import wait_until_gone
-from lab import CHROMIUM, browser_skips, jupyterlab
+from lab import ROOT, jupyterlab, run_browser
 
 from jupyter_hvd import state
 
-ROOT = Path(__file__).resolve().parents[1]
-LABEXT = ROOT / "labextension"
 ARTIFACTS = ROOT / "artifacts" / "sidebar"
 LAYOUT_ARTIFACTS = ROOT / "artifacts" / "sidebar-layout"
 
-pytestmark = [
-    *browser_skips(LABEXT),
-    pytest.mark.skipif(
-        not (ROOT / "jupyter_hvd" / "labextension" / "package.json").exists(),
-        reason="the labextension is not built: cd labextension && npm run build",
-    ),
-]
+
+@pytest.fixture(autouse=True)
+def built_sidebar() -> None:
+    """The sidebar must be built into the package; a test that cannot see it fails rather than skips."""
+    if not (ROOT / "jupyter_hvd" / "labextension" / "package.json").exists():
+        pytest.fail("the sidebar is not built: npm run build (in the repository root)", pytrace=False)
+
 
 LONG_CELL = """%%hvd
 import time
@@ -60,28 +57,11 @@ def kernel_pids(server: subprocess.Popen[bytes]) -> list[int]:
 
 
 def test_sidebar_shows_busy_ranks_interrupts_and_stops(lab: dict[str, object]) -> None:
-    env = {
-        **os.environ,
-        "LAB_URL": str(lab["url"]),
-        "TOKEN": str(lab["token"]),
-        "NOTEBOOK": "sidebar_demo.ipynb",
-        "ARTIFACTS": str(ARTIFACTS),
-        "CHROMIUM": CHROMIUM,
-    }
     shutil.rmtree(ARTIFACTS, ignore_errors=True)  # only this run's screenshots
-    out = subprocess.run(
-        ["node", str(LABEXT / "ui-tests" / "sidebar.e2e.mjs")],
-        cwd=LABEXT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
+    env = {"NOTEBOOK_URL": str(lab["notebook_url"]), "NOTEBOOK": "sidebar_demo.ipynb", "ARTIFACTS": str(ARTIFACTS)}
+    result, out = run_browser("sidebar.mjs", env, 280)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shutil.copy(str(lab["log"]), ARTIFACTS / "lab.log")  # the server's and the kernel's log, kept with the screenshots
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    assert lines, f"the browser script printed no result:\n{out.stdout}\n{out.stderr}"
-    result = json.loads(lines[-1])
     print("sidebar timings:", json.dumps(result.get("timings")))
     assert result["ok"], f"{result}\n{out.stderr[-3000:]}\nserver log:\n{Path(str(lab['log'])).read_text()[-3000:]}"
     t = result["timings"]
@@ -156,18 +136,9 @@ def test_sidebar_fits_eight_ranks_and_shows_warnings(tmp_path: Path) -> None:
     with jupyterlab(tmp_path, "empty.ipynb", ["1"]) as lab:
         eight_rank_pool(Path(str(lab["state_dir"])))
         shutil.rmtree(LAYOUT_ARTIFACTS, ignore_errors=True)
-        out = subprocess.run(
-            ["node", str(LABEXT / "ui-tests" / "sidebar-layout.e2e.mjs")],
-            cwd=LABEXT,
-            env={**os.environ, "LAB_URL": str(lab["url"]), "TOKEN": str(lab["token"]), "RANKS": "8",
-                 "ARTIFACTS": str(LAYOUT_ARTIFACTS), "CHROMIUM": CHROMIUM},
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )  # fmt: skip
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    assert lines, f"the browser script printed no result:\n{out.stdout}\n{out.stderr}"
-    m = json.loads(lines[-1])
+        lab_url = f"{lab['url']}lab?token={lab['token']}"
+        env = {"LAB_URL": lab_url, "RANKS": "8", "ARTIFACTS": str(LAYOUT_ARTIFACTS)}
+        m, _ = run_browser("sidebar_layout.mjs", env, 180)
     (LAYOUT_ARTIFACTS / "measurements.json").write_text(json.dumps(m, indent=1))
     assert m["ok"], m
     print(f"sidebar {m['sidebarWidth']:.0f} px wide, line {m['lineHeight']:.1f} px, rank rows {m['rankHeights']}")

@@ -1,22 +1,16 @@
 """A line printed on rank 0 becomes text in JupyterLab's page at once: real JupyterLab 4, headless Chromium,
-a real 2-rank pool, the text view and the live widget view. The browser part is widgets-js/browser/print_latency.mjs.
+a real 2-rank pool, the text view and the live widget view. The browser part is ui-tests/print_latency.mjs.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 from pathlib import Path
 
-from lab import CHROMIUM, browser_skips, jupyterlab
+from lab import ROOT, jupyterlab, run_browser
 
-ROOT = Path(__file__).resolve().parents[1]
-JS = ROOT / "widgets-js"
 ARTIFACTS = ROOT / "artifacts" / "print_latency"
-
-pytestmark = [*browser_skips(JS)]
 
 TICKER = """%%hvd
 import os, time
@@ -37,22 +31,9 @@ CELLS = [
 
 def test_a_printed_line_is_text_in_the_page_within_50_ms(tmp_path: Path) -> None:
     with jupyterlab(tmp_path, "print_latency.ipynb", CELLS) as lab:
-        env = {
-            **os.environ,
-            "LAB_URL": str(lab["url"]),
-            "TOKEN": str(lab["token"]),
-            "NOTEBOOK": "print_latency.ipynb",
-            "ARTIFACTS": str(ARTIFACTS),
-            "CHROMIUM": CHROMIUM,
-        }
-        out = subprocess.run(
-            ["node", str(JS / "browser" / "print_latency.mjs")],
-            cwd=JS, env=env, capture_output=True, text=True, timeout=400,
-        )  # fmt: skip
+        env = {"NOTEBOOK_URL": str(lab["notebook_url"]), "ARTIFACTS": str(ARTIFACTS)}
+        r, out = run_browser("print_latency.mjs", env, 400)
         log = Path(str(lab["log"])).read_text()[-3000:]
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    assert lines, f"the browser script printed no result:\n{out.stdout}\n{out.stderr}"
-    r = json.loads(lines[-1])
     assert r["ok"], f"{json.dumps(r)[:4000]}\n{out.stderr[-2000:]}\nserver log:\n{log}"
     summary = {
         v: (len(r[v]), statistics.median(r[v]), sorted(r[v])[int(0.95 * (len(r[v]) - 1))]) for v in ("text", "widget")

@@ -1,28 +1,21 @@
 """The live training view in a real JupyterLab 4 and headless Chromium (playwright-core), on a real 2-rank pool.
 
-The browser part is widgets-js/browser/live_view.mjs; this test starts JupyterLab for it and checks what it saw:
-the plot gained points while the cell was still running, a tqdm bar stayed one line, hover and zoom work, the
-static copy is hidden where the widget renders. Screenshots: artifacts/live_view/.
+The browser part is ui-tests/live_view.mjs; this test starts JupyterLab for it and checks what it saw: the plot
+gained points while the cell was still running, a tqdm bar stayed one line, hover and zoom work, the static copy is
+hidden where the widget renders. Screenshots: artifacts/live_view/.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab import CHROMIUM, browser_skips, jupyterlab
+from lab import ROOT, jupyterlab, run_browser
 
-ROOT = Path(__file__).resolve().parents[1]
-JS = ROOT / "widgets-js"
 ARTIFACTS = ROOT / "artifacts" / "live_view"
-
-pytestmark = [
-    *browser_skips(JS),
-]
 
 TRAIN = """%%hvd --batch-size 32
 import sys, time
@@ -46,21 +39,15 @@ def lab(tmp_path: Path) -> Iterator[dict[str, object]]:
         yield info
 
 
+def step_of(readout: str) -> float:
+    """The step a hover readout names (`step 120 · loss 0.41 (smoothed 0.44)`)."""
+    match = re.match(r"step (\S+) ", readout)
+    assert match, readout
+    return float(match.group(1))
+
+
 def test_live_view_in_jupyterlab(lab: dict[str, object]) -> None:
-    env = {
-        **os.environ,
-        "LAB_URL": str(lab["url"]),
-        "TOKEN": str(lab["token"]),
-        "NOTEBOOK": "live_view_demo.ipynb",
-        "ARTIFACTS": str(ARTIFACTS),
-        "CHROMIUM": CHROMIUM,
-    }
-    out = subprocess.run(
-        ["node", str(JS / "browser" / "live_view.mjs")], cwd=JS, env=env, capture_output=True, text=True, timeout=400
-    )
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    assert lines, f"the browser script printed no result:\n{out.stdout}\n{out.stderr}"
-    r = json.loads(lines[-1])
+    r, out = run_browser("live_view.mjs", {"NOTEBOOK_URL": str(lab["notebook_url"]), "ARTIFACTS": str(ARTIFACTS)}, 400)
     server_log = Path(str(lab["log"])).read_text()[-3000:]
     assert r["ok"], f"{json.dumps(r)[:4000]}\n{out.stderr[-2000:]}\nserver log:\n{server_log}"
     running = [s for s in r["samples"] if s["running"]]
@@ -78,6 +65,12 @@ def test_live_view_in_jupyterlab(lab: dict[str, object]) -> None:
     assert r["final"]["coloured"] == 3  # the ANSI-coloured lines kept their colour
     assert r["readout"].startswith("step ") and "loss" in r["readout"]
     assert r["zoomedReadout"].startswith("step ")
+    # Dragging over 30-60 % of the width zoomed into those steps; a double-click showed all 300 again.
+    assert 20 <= step_of(r["readoutAtTenth"]) <= 40, r["readoutAtTenth"]
+    assert 80 <= step_of(r["zoomedReadoutAtTenth"]) <= 120, r["zoomedReadoutAtTenth"]
+    assert r["zoomedTitle"] == "loss  (zoomed: double-click to reset)" and r["resetTitle"] == "loss"
+    assert 20 <= step_of(r["resetReadoutAtTenth"]) <= 40, r["resetReadoutAtTenth"]
+    assert re.fullmatch(r"loss \S+", r["final"]["legend"]), r["final"]["legend"]  # the latest value
     assert r["final"]["staticCopies"] == 1 and r["staticVisible"] is False
     # After a page reload the widget asks the kernel for everything once and draws it all again.
     assert r["afterReload"]["points"] == 300 and r["afterReload"]["lines"] == len(r["final"]["lines"])

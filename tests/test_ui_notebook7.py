@@ -1,7 +1,7 @@
 """The live training view in a real Jupyter Notebook 7 and headless Chromium (playwright-core), on a real 2-rank pool.
 
-The JupyterLab twin is test_ui_live_view.py. The browser part is widgets-js/browser/live_view_notebook7.mjs; this
-test starts Notebook 7 for it (tests/lab.py, app="notebook") and checks what it saw: the jupyter-hvd pools
+The JupyterLab twin is test_ui_live_view.py. The browser part is ui-tests/live_view_notebook7.mjs; this test
+starts Notebook 7 for it (tests/lab.py, app="notebook") and checks what it saw: the jupyter-hvd pools
 sidebar activated (no console error) and showed the pool, its commands are in the palette, the widget rendered in
 the training cell's output, its plot gained points while the cell was still running, rank 0's log lines appeared,
 the static copy is hidden where the widget renders, and a reloaded page draws it all again.
@@ -12,24 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab import CHROMIUM, browser_skips, jupyterlab
+from lab import ROOT, jupyterlab, run_browser
 
-ROOT = Path(__file__).resolve().parents[1]
-JS = ROOT / "widgets-js"
 ARTIFACTS = ROOT / "artifacts" / "live_view_notebook7"
-
-pytestmark = [
-    *browser_skips(JS),
-    pytest.mark.skipif(
-        importlib.util.find_spec("notebook") is None, reason="needs Notebook 7: pip install 'notebook>=7.2,<8'"
-    ),
-]
 
 STEPS = 200
 TRAIN = f"""%%hvd --batch-size 32
@@ -54,6 +43,8 @@ KNOWN_ERRORS = (
 @pytest.fixture
 def notebook7(tmp_path: Path) -> Iterator[dict[str, object]]:
     """Notebook 7 serving the demo notebook (see tests/lab.py)."""
+    if importlib.util.find_spec("notebook") is None:
+        pytest.fail("needs Notebook 7: pip install 'notebook>=7.2,<8' (scripts/setup.sh installs it)", pytrace=False)
     with jupyterlab(
         tmp_path,
         "live_view_demo.ipynb",
@@ -64,23 +55,8 @@ def notebook7(tmp_path: Path) -> Iterator[dict[str, object]]:
 
 
 def test_live_view_in_notebook7(notebook7: dict[str, object]) -> None:
-    env = {
-        **os.environ,
-        "NOTEBOOK_URL": str(notebook7["notebook_url"]),
-        "ARTIFACTS": str(ARTIFACTS),
-        "CHROMIUM": CHROMIUM,
-    }
-    out = subprocess.run(
-        ["node", str(JS / "browser" / "live_view_notebook7.mjs")],
-        cwd=JS,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    assert lines, f"the browser script printed no result:\n{out.stdout}\n{out.stderr}"
-    r = json.loads(lines[-1])
+    env = {"NOTEBOOK_URL": str(notebook7["notebook_url"]), "ARTIFACTS": str(ARTIFACTS)}
+    r, out = run_browser("live_view_notebook7.mjs", env, 400)
     server_log = Path(str(notebook7["log"])).read_text()[-3000:]
     assert r["ok"], f"{json.dumps(r)[:4000]}\n{out.stderr[-2000:]}\nserver log:\n{server_log}"
     # The page was Notebook 7's, not JupyterLab's.

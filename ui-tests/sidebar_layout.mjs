@@ -2,21 +2,10 @@
 // pool file with 8 ranks, a straggler, a stalled rank, a NaN loss and a failed thread), headless Chromium, the
 // sidebar at its default width. Prints one JSON line of measurements; screenshots go to $ARTIFACTS.
 //
-// Env: LAB_URL (http://127.0.0.1:PORT/), TOKEN, RANKS (how many rank rows to wait for), ARTIFACTS.
-import { chromium } from 'playwright-core';
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
+// Env: LAB_URL (JupyterLab's URL, token included), RANKS (how many rank rows to wait for), ARTIFACTS, CHROMIUM.
+import { runCheck } from './driver.mjs';
 
-const { LAB_URL, TOKEN, RANKS = '8', ARTIFACTS = 'artifacts' } = process.env;
-mkdirSync(ARTIFACTS, { recursive: true });
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking']
-});
-const page = await browser.newPage({ viewport: { width: 1500, height: 900 } });
-const errors = [];
-page.on('pageerror', e => errors.push(e.message));
+const { LAB_URL, RANKS = '8', ARTIFACTS = 'artifacts/sidebar-layout' } = process.env;
 
 /** Measures the rank table as laid out: each rank's height (top of its row to the next rank's), one text line. */
 function measure() {
@@ -25,7 +14,7 @@ function measure() {
   const rows = Array.from(side.querySelectorAll('tr.jp-HvdRank'));
   const tops = rows.map(r => r.getBoundingClientRect().top);
   const bottom = table.getBoundingClientRect().bottom;
-  // A rank's height includes any extra rows it has (the layout before issue 18 had up to three per rank).
+  // A rank's height runs to the next rank's row, so an extra row under a rank makes that rank taller.
   const rankHeights = tops.map((t, i) => (i + 1 < tops.length ? tops[i + 1] : bottom) - t);
   // One line of the table's text: a block with the table's font and one character.
   const probe = document.createElement('div');
@@ -65,24 +54,18 @@ function measure() {
   };
 }
 
-try {
-  await page.goto(`${LAB_URL}lab?token=${TOKEN}&reset`);
+await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1500, height: 900 } }, async ({ page, result, shot }) => {
+  await page.goto(`${LAB_URL}&reset`);
   await page.locator('.jp-SideBar [data-id="jupyter-hvd-sidebar"]').click({ timeout: 60000 });
-  const sidebar = page.locator('#jupyter-hvd-sidebar');
   await page.waitForFunction(
     n => document.querySelectorAll('#jupyter-hvd-sidebar tr.jp-HvdRank').length === n,
     Number(RANKS),
     { timeout: 15000 }
   );
   await page.waitForTimeout(500); // fonts and the panel's size settle
-  const result = await page.evaluate(measure);
-  await page.screenshot({ path: join(ARTIFACTS, 'lab-8-ranks.png') });
-  await sidebar.screenshot({ path: join(ARTIFACTS, 'sidebar-8-ranks.png') });
-  console.log(JSON.stringify({ ok: errors.filter(e => /hvd/i.test(e)).length === 0, errors, ...result }));
-} catch (error) {
-  await page.screenshot({ path: join(ARTIFACTS, 'failure.png') }).catch(() => undefined);
-  console.log(JSON.stringify({ ok: false, error: String(error), errors }));
-  process.exitCode = 1;
-} finally {
-  await browser.close();
-}
+  Object.assign(result, await page.evaluate(measure));
+  await shot('lab-8-ranks');
+  await page.locator('#jupyter-hvd-sidebar').screenshot({ path: `${ARTIFACTS}/sidebar-8-ranks.png` });
+  const own = result.errors.filter(e => /hvd/i.test(e));
+  if (own.length) throw new Error(`jupyter-hvd's errors in the page: ${own.join('; ')}`);
+});

@@ -1,38 +1,24 @@
 // The live training view in a real browser: JupyterLab (started by tests/test_ui_live_view.py), headless
 // Chromium. Runs %hvd_start -np 2 and a training cell with a tqdm bar; samples the plot's point count while
-// the cell runs, checks the bar stays one line, hovers and zooms the plot, stops the pool.
+// the cell runs, checks the bar stays one line, hovers and zooms the plot, reloads the page, stops the pool.
 // Prints one JSON line of what it saw; screenshots go to $ARTIFACTS.
 //
-// Env: LAB_URL (http://127.0.0.1:PORT/), TOKEN, NOTEBOOK (path under the server root), ARTIFACTS, CHROMIUM.
-import { finish, openPage, runCell as runCellOn } from "./notebook_page.mjs";
+// Env: NOTEBOOK_URL (JupyterLab's URL of the notebook, token included), ARTIFACTS, CHROMIUM.
+import { isRunning, openNotebook, runCell, runCheck, waitForOutput } from "./driver.mjs";
 
-const { LAB_URL, TOKEN, NOTEBOOK, ARTIFACTS = "artifacts/live_view" } = process.env;
-const session = await openPage(ARTIFACTS);
-const { page, result, shot } = session;
-let failure;
-const runCell = (index) => runCellOn(page, index);
+const { NOTEBOOK_URL, ARTIFACTS = "artifacts/live_view" } = process.env;
 
-try {
-  await page.goto(`${LAB_URL}lab/tree/${NOTEBOOK}?token=${TOKEN}&reset`);
-  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60000 });
-  await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').waitFor({ timeout: 60000 });
+await runCheck({ artifacts: ARTIFACTS }, async ({ page, result, shot }) => {
+  await openNotebook(page, `${NOTEBOOK_URL}&reset`);
+  await waitForOutput(await runCell(page, 0), "Pool ready", 150000);
 
-  // JupyterLab sometimes asks which kernel to start although the notebook names one: accept its choice.
-  const kernelDialog = page.locator(".jp-Dialog", { hasText: "Select Kernel" });
-  if (await kernelDialog.waitFor({ timeout: 3000 }).then(() => true, () => false)) {
-    await kernelDialog.locator("button", { hasText: "Select" }).click();
-  }
-  const first = await runCell(0);
-  await first.locator(".jp-OutputArea-output", { hasText: "Pool ready" }).waitFor({ timeout: 150000 });
-
-  const train = await runCell(1);
-  const live = train.locator(".jhvd-live");
-  await live.waitFor({ timeout: 30000 });
-  const prompt = train.locator(".jp-InputPrompt");
+  const train = await runCell(page, 1);
+  await train.locator(".jhvd-live").waitFor({ timeout: 30000 });
   // Sample while the cell runs: the plot's points, the bar elements, the finished lines that look like a bar.
+  result.samples = [];
   const t0 = Date.now();
   for (;;) {
-    const running = ((await prompt.textContent()) || "").includes("*");
+    const running = await isRunning(train);
     const sample = await train.evaluate((cell) => ({
       points: Number(cell.querySelector(".jhvd-plot")?.dataset.points || 0),
       bars: cell.querySelectorAll(".jhvd-partial").length,
@@ -52,9 +38,15 @@ try {
   await page.waitForFunction((cell) => cell.querySelector(".jhvd-live")?.dataset.state === "done", await train.elementHandle(), {
     timeout: 30000,
   });
-  // Hover readout and drag-to-zoom on the plot.
-  const canvas = train.locator(".jhvd-plot canvas");
-  const box = await canvas.boundingBox();
+  // Hover readout and drag-to-zoom on the plot (uPlot's overlay takes the pointer events).
+  const over = train.locator(".jhvd-plot .u-over");
+  const box = await over.boundingBox();
+  // The step under the pointer at a tenth of the plot's width: about step 30 of 0-299, or inside the zoomed range.
+  const stepAtTenth = async () => {
+    await page.mouse.move(box.x + box.width * 0.1, box.y + box.height * 0.5);
+    return (await train.locator(".jhvd-readout").textContent()) || "";
+  };
+  result.readoutAtTenth = await stepAtTenth();
   await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.5);
   result.readout = await train.locator(".jhvd-readout").textContent();
   await page.mouse.move(box.x + box.width * 0.3, box.y + box.height * 0.5);
@@ -63,14 +55,19 @@ try {
   await page.mouse.up();
   await page.mouse.move(box.x + box.width * 0.45, box.y + box.height * 0.5);
   result.zoomedReadout = await train.locator(".jhvd-readout").textContent();
+  result.zoomedTitle = await train.locator(".jhvd-plot-title").textContent();
+  result.zoomedReadoutAtTenth = await stepAtTenth();
   await shot("2-done-zoomed");
-  await canvas.dblclick();
+  await over.dblclick();
+  result.resetTitle = await train.locator(".jhvd-plot-title").textContent();
+  result.resetReadoutAtTenth = await stepAtTenth();
   result.final = await train.evaluate((cell) => ({
     points: Number(cell.querySelector(".jhvd-plot")?.dataset.points || 0),
     status: cell.querySelector(".jhvd-status")?.textContent || "",
     lines: Array.from(cell.querySelectorAll(".jhvd-log-lines .jhvd-line")).map((l) => l.textContent),
     coloured: cell.querySelectorAll(".jhvd-log-lines .jhvd-line span[style*='color']").length,
     staticCopies: cell.querySelectorAll(".jhvd-static").length,
+    legend: cell.querySelector(".jhvd-legend")?.textContent || "",
   }));
   result.staticVisible = await train.locator(".jhvd-static").isVisible();
   await shot("3-done");
@@ -93,11 +90,5 @@ try {
   result.staticVisibleAfterReload = await again.locator(".jhvd-static").isVisible();
   await shot("4-after-reload");
 
-  const stop = await runCell(2);
-  await stop.locator(".jp-OutputArea-output", { hasText: "Pool stopped" }).waitFor({ timeout: 60000 });
-  result.ok = true;
-} catch (e) {
-  failure = e;
-} finally {
-  await finish(session, ARTIFACTS, failure);
-}
+  await waitForOutput(await runCell(page, 2), "Pool stopped");
+});

@@ -2,53 +2,18 @@
 // Opens a notebook, starts a 2-rank pool, watches the sidebar show it, runs a long cell, interrupts it and
 // stops the pool from the sidebar. Prints one JSON line of timings; screenshots go to $ARTIFACTS.
 //
-// Env: LAB_URL (http://127.0.0.1:PORT/), TOKEN, NOTEBOOK (path under the server root), ARTIFACTS.
-import { chromium } from 'playwright-core';
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
+// Env: NOTEBOOK_URL (JupyterLab's URL of the notebook, token included), NOTEBOOK (its name), ARTIFACTS, CHROMIUM.
+import { openNotebook, runCell, runCheck } from './driver.mjs';
 
-const { LAB_URL, TOKEN, NOTEBOOK, ARTIFACTS = 'artifacts' } = process.env;
-mkdirSync(ARTIFACTS, { recursive: true });
-const timings = {};
-const t0 = Date.now();
-const since = () => (Date.now() - t0) / 1000;
+const { NOTEBOOK_URL, NOTEBOOK, ARTIFACTS = 'artifacts/sidebar' } = process.env;
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking']
-});
-const page = await browser.newPage({ viewport: { width: 1500, height: 900 } });
-page.on('pageerror', e => console.error('page error:', e.message));
-const dialog = () => page.locator('.jp-Dialog');
-const shot = name => page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
+await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1500, height: 900 } }, async ({ page, result, shot }) => {
+  const timings = (result.timings = {});
+  const rankPids = (result.rankPids = []);
+  const t0 = Date.now();
+  const dialog = () => page.locator('.jp-Dialog');
 
-async function runCell(index) {
-  const cell = page.locator('.jp-Notebook .jp-Cell').nth(index);
-  const prompt = cell.locator('.jp-InputPrompt');
-  const before = (await prompt.textContent()) || '';
-  // A key press can land while the notebook is still settling: retry until the prompt says it was queued.
-  for (let attempt = 0; attempt < 5; attempt++) {
-    await cell.locator('.jp-InputArea-editor').click();
-    await page.keyboard.press('Escape');
-    await page.keyboard.press('Control+Enter');
-    try {
-      await page.waitForFunction(
-        ([el, old]) => el.textContent !== old,
-        [await prompt.elementHandle(), before],
-        { timeout: 3000 }
-      );
-      return cell;
-    } catch (error) {
-      console.error(`cell ${index} did not start (attempt ${attempt + 1}), trying again`);
-    }
-  }
-  throw new Error(`cell ${index} could not be run`);
-}
-
-try {
-  await page.goto(`${LAB_URL}lab/tree/${NOTEBOOK}?token=${TOKEN}&reset`);
-  await page.locator('.jp-Notebook .jp-Cell').first().waitFor({ timeout: 60000 });
-  await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').waitFor({ timeout: 60000 });
+  await openNotebook(page, `${NOTEBOOK_URL}&reset`);
 
   // The sidebar: a tab of its own in the left bar.
   await page.locator('.jp-SideBar [data-id="jupyter-hvd-sidebar"]').click();
@@ -57,7 +22,7 @@ try {
 
   // %hvd_start -np 2: the sidebar shows the pool and its 2 ranks.
   const started = Date.now();
-  const first = await runCell(0);
+  const first = await runCell(page, 0);
   await first.locator('.jp-OutputArea-output', { hasText: 'Pool ready' }).waitFor({ timeout: 120000 });
   timings.pool_ready_s = (Date.now() - started) / 1000;
   const ranks = sidebar.locator('tr.jp-HvdRank');
@@ -66,13 +31,13 @@ try {
   });
   timings.sidebar_two_ranks_after_ready_s = (Date.now() - started) / 1000 - timings.pool_ready_s;
   const poolBox = sidebar.locator('.jp-HvdPool').first();
-  await poolBox.locator('.jp-HvdPool-notebook', { hasText: NOTEBOOK.split('/').pop() }).waitFor({ timeout: 5000 });
-  const rankPids = await ranks.evaluateAll(rows => rows.map(r => Number(r.dataset.pid)));
+  await poolBox.locator('.jp-HvdPool-notebook', { hasText: NOTEBOOK }).waitFor({ timeout: 5000 });
+  rankPids.push(...(await ranks.evaluateAll(rows => rows.map(r => Number(r.dataset.pid)))));
   await shot('1-pool-idle');
 
   // A long cell: both ranks busy, the running cell's first line shown.
   const busyAt = Date.now();
-  const second = await runCell(1);
+  const second = await runCell(page, 1);
   await page.waitForFunction(
     () =>
       Array.from(document.querySelectorAll('#jupyter-hvd-sidebar tr.jp-HvdRank')).filter(r => r.dataset.state === 'busy')
@@ -152,7 +117,7 @@ try {
   await shot('4-restarted');
 
   // The command palette's Interrupt acts on the current notebook's pool.
-  await runCell(1);
+  await runCell(page, 1);
   await page.waitForFunction(
     () => document.querySelector('#jupyter-hvd-sidebar .jp-HvdPool')?.dataset.state === 'running',
     null,
@@ -201,14 +166,7 @@ try {
 
   // The panel is part of the layout: after a reload it is open again, without a click.
   await page.waitForTimeout(1500); // the layout is saved shortly after a change
-  await page.goto(`${LAB_URL}lab/tree/${NOTEBOOK}?token=${TOKEN}`); // no ?reset this time
+  await page.goto(NOTEBOOK_URL); // no &reset this time
   await sidebar.locator('text=No jupyter-hvd pool is running').waitFor({ timeout: 60000 });
-  timings.total_s = since();
-  console.log(JSON.stringify({ ok: true, timings, rankPids }));
-} catch (error) {
-  await shot('failure').catch(() => undefined);
-  console.log(JSON.stringify({ ok: false, error: String(error), timings }));
-  process.exitCode = 1;
-} finally {
-  await browser.close();
-}
+  timings.total_s = (Date.now() - t0) / 1000;
+});

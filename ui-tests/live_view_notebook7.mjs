@@ -5,13 +5,9 @@
 // Prints one JSON line of what it saw; screenshots go to $ARTIFACTS. The JupyterLab twin is live_view.mjs.
 //
 // Env: NOTEBOOK_URL (http://127.0.0.1:PORT/notebooks/NAME?token=...), ARTIFACTS, CHROMIUM.
-import { finish, openPage, runCell as runCellOn } from "./notebook_page.mjs";
+import { isRunning, openNotebook, runCell, runCheck, waitForOutput } from "./driver.mjs";
 
 const { NOTEBOOK_URL, ARTIFACTS = "artifacts/live_view_notebook7" } = process.env;
-const session = await openPage(ARTIFACTS);
-const { page, result, shot } = session;
-let failure;
-const runCell = (index) => runCellOn(page, index);
 
 // What a user sees of the live view in a cell: plotted points, log lines, status, the static copy.
 const look = (cell) =>
@@ -26,58 +22,54 @@ const look = (cell) =>
     staticCopies: el.querySelectorAll(".jhvd-static").length,
   }));
 
-// Click through Notebook 7's menu bar: `path` is the menu, then the labels of submenus and the item.
-async function menu(...path) {
-  await page.locator(".lm-MenuBar-item", { hasText: new RegExp(`^${path[0]}$`) }).click();
-  for (const label of path.slice(1, -1)) await page.locator(".lm-Menu-item", { hasText: label }).hover();
-  await page.locator(".lm-Menu-item", { hasText: path[path.length - 1] }).click();
-}
+await runCheck({ artifacts: ARTIFACTS }, async ({ page, result, shot }) => {
+  // Click through Notebook 7's menu bar: `path` is the menu, then the labels of submenus and the item.
+  async function menu(...path) {
+    await page.locator(".lm-MenuBar-item", { hasText: new RegExp(`^${path[0]}$`) }).click();
+    for (const label of path.slice(1, -1)) await page.locator(".lm-Menu-item", { hasText: label }).hover();
+    await page.locator(".lm-Menu-item", { hasText: path[path.length - 1] }).click();
+  }
 
-// The jupyter-hvd pools sidebar (labextension/) in Notebook 7: in the left area, hidden at first; Notebook 7
-// offers it as View > Left Sidebar > "Show <its caption>". Opened, it shows the running pool; the palette
-// lists its Interrupt / Restart / Stop commands. Closed again so the live view below has the page's width.
-async function poolsSidebar() {
-  const sidebar = page.locator("#jp-left-stack #jupyter-hvd-sidebar");
-  const out = { attached: (await sidebar.count()) === 1, hiddenAtFirst: !(await sidebar.isVisible()) };
-  const toggle = () => menu("View", "Left Sidebar", "Show Horovod pools (jupyter-hvd)");
-  await toggle();
-  await sidebar.locator(".jp-HvdPool").first().waitFor({ timeout: 15000 });
-  out.pools = await sidebar.locator(".jp-HvdPool-notebook").allTextContents();
-  out.ranks = await sidebar.locator(".jp-HvdPool [data-rank]").count();
-  await shot("0-sidebar");
-  await toggle();
-  out.hiddenAfterClose = !(await sidebar.isVisible());
-  await menu("View", "Activate Command Palette");
-  const search = page.locator(".lm-CommandPalette-input");
-  await search.fill("jupyter-hvd pool");
-  await page.locator(".lm-CommandPalette-item").first().waitFor({ timeout: 5000 });
-  out.palette = (await page.locator(".lm-CommandPalette-itemLabel").allTextContents()).sort();
-  await search.press("Escape");
-  return out;
-}
+  // The jupyter-hvd pools sidebar (labextension/) in Notebook 7: in the left area, hidden at first; Notebook 7
+  // offers it as View > Left Sidebar > "Show <its caption>". Opened, it shows the running pool; the palette
+  // lists its Interrupt / Restart / Stop commands. Closed again so the live view below has the page's width.
+  async function poolsSidebar() {
+    const sidebar = page.locator("#jp-left-stack #jupyter-hvd-sidebar");
+    const out = { attached: (await sidebar.count()) === 1, hiddenAtFirst: !(await sidebar.isVisible()) };
+    const toggle = () => menu("View", "Left Sidebar", "Show Horovod pools (jupyter-hvd)");
+    await toggle();
+    await sidebar.locator(".jp-HvdPool").first().waitFor({ timeout: 15000 });
+    out.pools = await sidebar.locator(".jp-HvdPool-notebook").allTextContents();
+    out.ranks = await sidebar.locator(".jp-HvdPool [data-rank]").count();
+    await shot("0-sidebar");
+    await toggle();
+    out.hiddenAfterClose = !(await sidebar.isVisible());
+    await menu("View", "Activate Command Palette");
+    const search = page.locator(".lm-CommandPalette-input");
+    await search.fill("jupyter-hvd pool");
+    await page.locator(".lm-CommandPalette-item").first().waitFor({ timeout: 5000 });
+    out.palette = (await page.locator(".lm-CommandPalette-itemLabel").allTextContents()).sort();
+    await search.press("Escape");
+    return out;
+  }
 
-try {
-  await page.goto(NOTEBOOK_URL);
+  await openNotebook(page, NOTEBOOK_URL);
   result.app = await page.evaluate(() => document.title);
-  await page.locator("#main-panel .jp-Notebook .jp-Cell").first().waitFor({ timeout: 60000 });
-  await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').waitFor({ timeout: 60000 });
   result.notebook7 = await page.evaluate(() => {
     const config = JSON.parse(document.getElementById("jupyter-config-data")?.textContent || "{}");
     return { appName: config.appName || "", appVersion: config.appVersion || "", shell: !!document.querySelector("#main-panel") };
   });
 
-  const first = await runCell(0);
-  await first.locator(".jp-OutputArea-output", { hasText: "Pool ready" }).waitFor({ timeout: 150000 });
+  await waitForOutput(await runCell(page, 0), "Pool ready", 150000);
   result.sidebar = await poolsSidebar();
 
-  const train = await runCell(1);
-  const live = train.locator(".jhvd-live");
-  await live.waitFor({ timeout: 30000 });
-  const prompt = train.locator(".jp-InputPrompt");
+  const train = await runCell(page, 1);
+  await train.locator(".jhvd-live").waitFor({ timeout: 30000 });
   // Sample while the cell runs (the prompt shows [*]): points plotted, log lines shown, the status line.
+  result.samples = [];
   const t0 = Date.now();
   for (;;) {
-    const running = ((await prompt.textContent()) || "").includes("*");
+    const running = await isRunning(train);
     const { points, lines, status } = await look(train);
     result.samples.push({ t: (Date.now() - t0) / 1000, running, points, lines: lines.length, status });
     if (running && points > 60 && !result.runningShot) {
@@ -93,8 +85,8 @@ try {
   result.final = await look(train);
   result.staticVisible = await train.locator(".jhvd-static").isVisible();
   result.cellText = await train.locator(".jp-OutputArea").innerText();
-  // The hover readout on the finished plot.
-  const box = await train.locator(".jhvd-plot canvas").boundingBox();
+  // The hover readout on the finished plot (uPlot's overlay takes the pointer events).
+  const box = await train.locator(".jhvd-plot .u-over").boundingBox();
   await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.5);
   result.readout = await train.locator(".jhvd-readout").textContent();
   await shot("2-done");
@@ -114,11 +106,5 @@ try {
   result.staticVisibleAfterReload = await again.locator(".jhvd-static").isVisible();
   await shot("3-after-reload");
 
-  const stop = await runCell(2);
-  await stop.locator(".jp-OutputArea-output", { hasText: "Pool stopped" }).waitFor({ timeout: 60000 });
-  result.ok = true;
-} catch (e) {
-  failure = e;
-} finally {
-  await finish(session, ARTIFACTS, failure);
-}
+  await waitForOutput(await runCell(page, 2), "Pool stopped");
+});
