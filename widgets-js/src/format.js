@@ -1,5 +1,6 @@
 // The status line's text, and numbers as the plot's legend and readout show them.
 
+/** Four significant digits, or an exponent for tiny and huge values; NaN and infinities by name. */
 export function formatNumber(v) {
   if (!Number.isFinite(v)) return String(v);
   const a = Math.abs(v);
@@ -7,6 +8,7 @@ export function formatNumber(v) {
   return +v.toPrecision(4) + "";
 }
 
+/** `m:ss`, or `h:mm:ss` from an hour on. */
 export function formatDuration(seconds) {
   const s = Math.max(0, Math.round(seconds));
   const h = Math.floor(s / 3600);

@@ -95,6 +95,7 @@ function themeColour(el, name, fallback) {
   return value || fallback;
 }
 
+/** The plot of the metrics matching `pattern`, appended to `el`; draw() brings it up to date with `store`. */
 export class PlotPanel {
   constructor(el, store, pattern, height = CHART_HEIGHT) {
     const doc = el.ownerDocument;
