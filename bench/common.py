@@ -25,7 +25,7 @@ def setup_env() -> None:
     if os.geteuid() == 0:
         os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    os.environ.setdefault("JUPYTER_HVD_STATE_DIR", str(RESULTS / "state"))
+    os.environ.setdefault("JUPYTER_RUNTIME_DIR", str(RESULTS / "runtime"))
 
 
 def machine() -> dict[str, Any]:

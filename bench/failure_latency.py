@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import report, setup_env, summary
 
+from jupyter_hvd import state
 from jupyter_hvd.testing import Kernel
 
 # rank 1 raises at once; rank 0 is already waiting in an allreduce that rank 1 will never join
@@ -27,7 +28,7 @@ HEALTHY = "%%hvd --no-plot\nassert hvd.allreduce(torch.ones(1), name='ok', op=hv
 
 
 def rank_pid(kernel_pid: int, rank: int) -> int:
-    state_dir = Path(os.environ["JUPYTER_HVD_STATE_DIR"])
+    state_dir = state.state_dir()
     for f in state_dir.glob(f"pool-hvd-{kernel_pid}-*.json"):
         if not f.name.endswith(".action.json"):
             return next(int(r["pid"]) for r in json.loads(f.read_text())["ranks"] if r["rank"] == rank)

@@ -22,8 +22,8 @@ if __name__ == "__main__":
     state = Path(tempfile.mkdtemp(prefix="hvd-faults-"))
     import os
 
-    os.environ["JUPYTER_HVD_STATE_DIR"] = str(state)
-    result = campaign(args.cycles, args.seed, state)
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(state)
+    result = campaign(args.cycles, args.seed, state / "jupyter-hvd")
     rows = [{"fault": f, **t} for f, t in sorted(result["by_fault"].items())]
     totals = {k: v for k, v in result.items() if k not in ("by_fault", "outcomes")}
     report(

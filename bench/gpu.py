@@ -3,7 +3,8 @@
     python bench/gpu.py [--iters 50]
 
 Without a CUDA GPU it prints why it skipped and writes that to bench/results/gpu.json. Bus bandwidth uses NCCL's
-convention (bytes * 2 (n-1)/n / time); the copy bandwidth is a device-to-device copy of the same buffer (bytes read
+convention (bytes * 2 (n-1)/n / time; n/a for one rank, where the latency is Horovod's own per-op cycle, not NCCL's);
+the algorithm bandwidth is bytes / time; the copy bandwidth is a device-to-device copy of the same buffer (bytes read
 plus bytes written, per second), the ceiling a single GPU's allreduce is held against.
 """
 
@@ -57,9 +58,9 @@ def main() -> None:
         return
     from jupyter_hvd.testing import Kernel
 
-    k = Kernel(extra_env={"JUPYTER_HVD_LIVE_VIEW": "off"})
+    k = Kernel()
     try:
-        k.run("%load_ext jupyter_hvd")
+        k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'off'")
         r = k.run(f"%hvd_start -np {gpus}", timeout=600)
         assert r.status == "ok", r.stdout + r.error_text
         r = k.run("%%hvd\n" + MEASURE.replace("SIZES", repr(SIZES)).replace("ITERS", str(args.iters)), timeout=600)
@@ -70,12 +71,14 @@ def main() -> None:
         k.shutdown()
     rows = []
     for nbytes, (ar_s, copy_s) in ((int(n), v) for n, v in result.items()):
-        busbw = nbytes * 2 * (gpus - 1) / gpus / ar_s / 1e9
+        # NCCL's bus bandwidth counts bytes crossing between GPUs: none with one rank (n/a there, not 0).
+        busbw = nbytes * 2 * (gpus - 1) / gpus / ar_s / 1e9 if gpus > 1 else None
         rows.append(
             {
                 "size": f"{nbytes >> 10} KB" if nbytes < (1 << 20) else f"{nbytes >> 20} MB",
                 "ranks": gpus,
                 "nccl_allreduce_ms": ar_s * 1e3,
+                "alg_bw_GBps": nbytes / ar_s / 1e9,
                 "bus_bw_GBps": busbw,
                 "copy_bw_GBps": 2 * nbytes / copy_s / 1e9,
             }

@@ -3,8 +3,8 @@
 A real kernel (jupyter_client, the front end's place) and a real 2-rank pool on this machine. Rank 0 prints its
 wall-clock time every 50 ms; the bench stamps each IOPub message on arrival and subtracts (one host, one clock):
 
-- text view (JUPYTER_HVD_LIVE_VIEW=text): `stream` messages;
-- widget view (JUPYTER_HVD_LIVE_VIEW=widget): the live view's `comm_msg` updates, log lines decoded;
+- text view (c.HvdPool.live_view = "text"): `stream` messages;
+- widget view (c.HvdPool.live_view = "widget"): the live view's `comm_msg` updates, log lines decoded;
 - ipyparallel's `%%px --stream --targets 0` on the same engines, in the same run, as the reference.
 
 Then a flood: rank 0 prints a million lines, in each view: IOPub messages per second while it runs, and how much the
@@ -105,7 +105,7 @@ def latencies_ms(messages: list[tuple[float, dict[str, Any]]]) -> list[float]:
 
 
 def set_view(k: Kernel, mode: str) -> None:
-    collect(k, f"import os; os.environ['JUPYTER_HVD_LIVE_VIEW'] = {mode!r}")
+    collect(k, f"%config HvdPool.live_view = {mode!r}")
 
 
 def main() -> None:

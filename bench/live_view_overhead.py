@@ -117,8 +117,7 @@ class BenchKernel:
 
         env = {
             **os.environ,
-            "JUPYTER_HVD_LIVE_VIEW": "widget",
-            "JUPYTER_HVD_STATE_DIR": state_dir,
+            "JUPYTER_RUNTIME_DIR": state_dir,
             "PATH": str(ROOT / ".venv" / "bin") + os.pathsep + os.environ.get("PATH", ""),
         }
         self.km = KernelManager(kernel_name="python3")
@@ -186,7 +185,7 @@ def main() -> None:
     k = BenchKernel(state)
     result: dict[str, Any] = {"steps": args.steps, "rounds": args.rounds, "ranks": 2}
     try:
-        k.run("%load_ext jupyter_hvd\n%hvd_start -np 2")
+        k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'widget'\n%hvd_start -np 2")
         k.run(SETUP)
         k.run(LOOP.format(steps=50, live=True))  # warm-up
         per_variant: dict[str, list[float]] = {"neither": [], "report+print": []}

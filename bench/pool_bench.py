@@ -98,7 +98,7 @@ def warm_loop(round_trips: int, rested_cells: int) -> tuple[list[dict], dict]:
             ("widget", "", "empty %%hvd cell, live view widget (as in JupyterLab)"),
         ):
             # This client draws no widgets: ask for the widget the notebook front ends get.
-            k.run(f"import os\nos.environ['JUPYTER_HVD_LIVE_VIEW'] = '{view}'")
+            k.run(f"%config HvdPool.live_view = '{view}'")
             round_trips_of(f"%%hvd {flags}\npass", label)
         # ipyparallel's own magic on the same engines: the reference the targets were set against.
         k.run("from jupyter_hvd.kernel import pool\npool.current().client[pool.current().engine_ids()].activate()")
@@ -112,7 +112,7 @@ def warm_loop(round_trips: int, rested_cells: int) -> tuple[list[dict], dict]:
                 "n": s["n"],
             }
         )
-        k.run("os.environ['JUPYTER_HVD_LIVE_VIEW'] = 'text'")  # the streamed line marks the first step
+        k.run("%config HvdPool.live_view = 'text'")  # the streamed line marks the first step
         # The edit-run loop as people type it: cells seconds apart, so Horovod rests in between (kernel/pool.py's
         # REST_AFTER_CPU_S) and each cell first wakes it on every rank.
         cells, over = [], []

@@ -35,10 +35,10 @@ def main() -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(workload.script(args.steps, args.print_every, args.rounds))
     # The live view widget, as JupyterLab and Notebook 7 get it (this client would get the text view otherwise).
-    k = Kernel(extra_env={"JUPYTER_HVD_LIVE_VIEW": args.view})
+    k = Kernel()
     scripts = [Script(name, mca, f.name, np) for name, mca in SCRIPTS]
     try:
-        k.run("%load_ext jupyter_hvd")
+        k.run(f"%load_ext jupyter_hvd\n%config HvdPool.live_view = {args.view!r}")
         assert k.run(f"%hvd_start -np {np}", timeout=300).status == "ok"
         assert k.run("%%hvd\n" + workload.SETUP, timeout=300).status == "ok"
 

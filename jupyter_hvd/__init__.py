@@ -30,8 +30,13 @@ def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext jupyter_hvd`: register %hvd_start, %%hvd and friends."""
     import atexit
 
+    from .compat import check_ipykernel
     from .kernel.magics import HvdMagics, stop_at_exit
+    from .kernel.options import defaults
 
+    if check_ipykernel():
+        print(f"jupyter-hvd: {check_ipykernel()}")
+    defaults(ipython)  # c.HvdPool from the config files, and `%config HvdPool.<option> = ...` from now on
     ipython.register_magics(HvdMagics)
     atexit.register(stop_at_exit)
 

@@ -1,21 +1,10 @@
-"""The one contract between a kernel's pool and everything outside the kernel (server, reaper).
+"""The one contract between a kernel's pool and everything outside the kernel (server, reaper): the pool file.
 
 Each pool writes one JSON file, atomically and readable by its owner only, under
-`<jupyter runtime dir>/jupyter-hvd/pool-<id>.json`. Fields:
-
-    id, state (starting|idle|running|restarting|failed|stopping), np, options, started (epoch s),
-    backend, hosts, cell (first line of the running cell or null), kernel_pid, kernel_started, kernel_id,
-    notebook,
-    ranks: [{rank, engine_id, host, pid, device, controller, tensor_ops, local_rank, cross_rank,
-             state (idle|busy|stalled|dead), step, loss, last_line, cpu_percent, rss_mb,
-             gpu_mem_mb, gpu_mem_total_mb, gpu_util, heartbeat (epoch s of the last sample),
-             stalled_on (tensor names, while stalled), compute_ms, wait_ms (per step, recent mean)}],
-    straggler: null | {rank, ratio, message}   (a rank >= 1.3x slower than the others for 10 s)
-    nonfinite: null | {rank, step, metric, message}   (the first NaN/Inf metric of the running or last cell)
-    problems: [str]   (jupyter-hvd's own threads that failed: engine flusher, reporter, watcher)
-    processes: [{pid, create_time, role}], updated (epoch s), version
-
-Every number is finite: NaN and Inf are written as null, so the file is always valid JSON.
+`<jupyter runtime dir>/jupyter-hvd/pool-<id>.json`: a `PoolRecord` (its fields, and those of `RankRecord`,
+`Straggler`, `Nonfinite` and `ProcessEntry`, are the schema; the sidebar's TypeScript model is held to them by
+tests/test_state_schema.py). Every number is finite: NaN and Inf are written as null, so the file is always valid
+JSON.
 
 Actions from outside the kernel (the sidebar) go the other way: `request_action` writes
 `pool-<id>.action.json`, which the kernel's pool watcher takes (removing the file) and carries out.
@@ -28,7 +17,9 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,24 +27,110 @@ import psutil
 
 VERSION = 1
 
-# The fields of the docstring above, for tests/test_state_schema.py to hold the docstring, the server and the
-# sidebar's TypeScript model (labextension/src/model.ts) to one list.
-FIELDS = (
-    "id", "state", "np", "options", "started", "backend", "hosts", "cell", "kernel_pid", "kernel_started",
-    "kernel_id", "notebook", "ranks", "straggler", "nonfinite", "problems", "processes", "updated", "version",
-)  # fmt: skip
-RANK_FIELDS = (
-    "rank", "engine_id", "host", "pid", "device", "controller", "tensor_ops", "local_rank", "cross_rank", "state",
-    "step", "loss", "last_line", "cpu_percent", "rss_mb", "gpu_mem_mb", "gpu_mem_total_mb", "gpu_util", "heartbeat",
-    "stalled_on", "compute_ms", "wait_ms",
-)  # fmt: skip
+
+@dataclass
+class RankRecord:
+    """One rank of a pool, as the sidebar shows it."""
+
+    rank: int
+    engine_id: int
+    host: str
+    pid: int
+    device: str
+    controller: str  # Horovod's controller: MPI or Gloo
+    tensor_ops: str  # NCCL, MPI or Gloo
+    local_rank: int = 0
+    cross_rank: int = 0
+    state: str = "idle"  # idle | busy | stalled | dead
+    step: float | None = None
+    loss: float | None = None
+    last_line: str | None = None
+    cpu_percent: float | None = None
+    rss_mb: float | None = None
+    gpu_mem_mb: float | None = None
+    gpu_mem_total_mb: float | None = None
+    gpu_util: float | None = None
+    heartbeat: float | None = None  # epoch s of the last sample
+    stalled_on: str | None = None  # tensor names, while stalled
+    compute_ms: float | None = None  # per step, recent mean
+    wait_ms: float | None = None  # in collectives per step, recent mean
+
+
+@dataclass
+class Straggler:
+    """A rank at least 1.3x slower than the others for 10 s."""
+
+    rank: int
+    ratio: float
+    message: str
+
+
+@dataclass
+class Nonfinite:
+    """The first NaN/Inf metric of the running or last cell."""
+
+    rank: int
+    step: float | None
+    metric: str
+    message: str
+
+
+@dataclass
+class ProcessEntry:
+    """A process of the pool, recognised again by pid and its own start time (psutil's create_time)."""
+
+    pid: int
+    create_time: float
+    role: str
+
+
+@dataclass
+class PoolRecord:
+    """A pool file."""
+
+    id: str
+    state: str  # starting | idle | running | restarting | failed | stopping
+    np: int
+    options: dict[str, Any]
+    started: float  # epoch s
+    kernel_pid: int
+    kernel_started: float
+    kernel_id: str
+    notebook: str
+    backend: str = ""
+    hosts: list[str] = field(default_factory=list)
+    cell: str | None = None  # the first line of the running cell
+    ranks: list[RankRecord] = field(default_factory=list)
+    straggler: Straggler | None = None
+    nonfinite: Nonfinite | None = None
+    problems: list[str] = field(default_factory=list)  # jupyter-hvd's own threads (and users' threads) that failed
+    processes: list[ProcessEntry] = field(default_factory=list)
+    updated: float = 0.0  # epoch s; set when written
+    version: int = VERSION
+
+
+def field_names(record: type) -> list[str]:
+    """The field names of one of the records above, in order."""
+    return [f.name for f in fields(record)]
+
+
+LEGACY_DIR_ENV = "JUPYTER_HVD_STATE_DIR"  # read for one more release, with a warning
 
 
 def state_dir() -> Path:
-    """Where pool files live: the Jupyter runtime directory, shared by kernels and the server."""
+    """Where pool files live: `jupyter-hvd/` in the Jupyter runtime directory (`jupyter --runtime-dir`; moved with
+    JUPYTER_RUNTIME_DIR), shared by kernels and the server."""
     from jupyter_core.paths import jupyter_runtime_dir
 
-    d = Path(os.environ.get("JUPYTER_HVD_STATE_DIR") or Path(jupyter_runtime_dir()) / "jupyter-hvd")
+    legacy = os.environ.get(LEGACY_DIR_ENV)
+    if legacy:
+        warnings.warn(
+            f"{LEGACY_DIR_ENV} is deprecated and will be ignored from the next release: pool files go to "
+            "jupyter-hvd/ in the Jupyter runtime directory, which JUPYTER_RUNTIME_DIR moves.",
+            FutureWarning,
+            stacklevel=2,
+        )
+    d = Path(legacy) if legacy else Path(jupyter_runtime_dir()) / "jupyter-hvd"
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     return d
 
@@ -63,9 +140,14 @@ def pool_file(pool_id: str) -> Path:
     return state_dir() / f"pool-{pool_id}.json"
 
 
-def write_pool(path: Path, data: dict[str, Any]) -> None:
+def write_pool(path: Path, record: PoolRecord) -> None:
     """Write a pool's state atomically (readers never see half a file), mode 0600."""
-    data = {**data, "updated": time.time(), "version": VERSION}
+    record.updated = time.time()
+    write_json(path, asdict(record))
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` to `path` atomically, mode 0600."""
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     text = json.dumps(finite(data), allow_nan=False)  # a bare NaN is not JSON: every reader would fail on it
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -133,7 +215,7 @@ def request_action(pool_id: str, action: str) -> None:
     """Ask the kernel that owns pool `pool_id` to interrupt, restart or stop it."""
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
-    write_pool(action_file(pool_id), {"action": action, "requested": time.time()})
+    write_json(action_file(pool_id), {"action": action, "requested": time.time()})
 
 
 def take_action(pool_id: str) -> str | None:

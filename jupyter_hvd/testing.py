@@ -50,9 +50,19 @@ class Kernel:
         self.kc.wait_for_ready(timeout=60)
         self.pid: int = self.km.provisioner.process.pid  # type: ignore[union-attr]
 
-    def run(self, code: str, timeout: float = 120.0, on_start: Any = None) -> CellResult:
-        """Execute `code`, collect iopub until idle; `on_start(result)` runs once the cell is sent."""
-        msg_id = self.kc.execute(code)
+    def run(self, code: str, timeout: float = 120.0, on_start: Any = None, cell_id: str | None = None) -> CellResult:
+        """Execute `code`, collect iopub until idle; `on_start(result)` runs once the cell is sent.
+
+        `cell_id`: sent as the notebook cell's id, as JupyterLab, Notebook 7 and VS Code send it.
+        """
+        if cell_id is None:
+            msg_id = self.kc.execute(code)
+        else:
+            content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}}
+            content.update(allow_stdin=False, stop_on_error=True)
+            msg = self.kc.session.msg("execute_request", content, metadata={"cellId": cell_id})
+            self.kc.shell_channel.send(msg)
+            msg_id = msg["header"]["msg_id"]
         res = CellResult(status="?", started=time.monotonic())
         if on_start is not None:
             on_start(res)
@@ -76,7 +86,11 @@ class Kernel:
                 res.outputs.append(content)
             elif kind == "status" and content["execution_state"] == "idle":
                 break
+        # The reply to this cell: wait_for_ready() sends kernel_info requests until one is answered, and the
+        # answers to the others still wait on the shell channel; taking the first reply shifted every status by one.
         reply = self.kc.get_shell_msg(timeout=10)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = self.kc.get_shell_msg(timeout=10)
         res.status = reply["content"]["status"]
         res.finished = time.monotonic()
         return res

@@ -47,16 +47,17 @@ def wait_until_gone(prefix: str, timeout: float = 15.0) -> list[psutil.Process]:
 
 @pytest.fixture(autouse=True, scope="session")
 def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Pool state files of this test session go to a private directory (other sessions may run beside)."""
-    d = tmp_path_factory.mktemp("hvd-state")
-    old = os.environ.get("JUPYTER_HVD_STATE_DIR")
-    os.environ["JUPYTER_HVD_STATE_DIR"] = str(d)
+    """Pool files of this test session go to a private Jupyter runtime directory (other sessions may run beside);
+    yields the pools' directory in it."""
+    runtime = tmp_path_factory.mktemp("runtime")
+    old = os.environ.get("JUPYTER_RUNTIME_DIR")
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime)
     os.environ["PATH"] = VENV_BIN + os.pathsep + os.environ.get("PATH", "")
-    yield d
+    yield runtime / "jupyter-hvd"
     if old is None:
-        os.environ.pop("JUPYTER_HVD_STATE_DIR", None)
+        os.environ.pop("JUPYTER_RUNTIME_DIR", None)
     else:
-        os.environ["JUPYTER_HVD_STATE_DIR"] = old
+        os.environ["JUPYTER_RUNTIME_DIR"] = old
 
 
 @pytest.fixture(scope="session")

@@ -9,10 +9,11 @@ import pytest
 from conftest import Kernel, pool_processes, wait_until_gone
 from IPython.core.error import UsageError
 
+from jupyter_hvd.kernel import launcher
 from jupyter_hvd.kernel import pool as pools
 from jupyter_hvd.kernel.errors import PoolError
 
-HAS_GPU = bool(shutil.which("nvidia-smi")) and pools.visible_gpus() > 0
+HAS_GPU = bool(shutil.which("nvidia-smi")) and launcher.visible_gpus() > 0
 
 
 def test_gloo_ops_are_refused_with_the_reason(ip):
@@ -29,19 +30,34 @@ def test_nccl_without_gpus(ip):
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs GPUs: -np above the GPU count is refused only where GPUs exist")
 def test_more_ranks_than_gpus_is_refused(ip):
-    n = pools.visible_gpus()
+    n = launcher.visible_gpus()
     with pytest.raises(PoolError, match=f"more ranks than the {n} GPUs"):
         ip.run_line_magic("hvd_start", f"-np {n + 1}")
 
 
-def test_mpiexec_missing(ip, monkeypatch):
-    monkeypatch.setenv("JUPYTER_HVD_MPIEXEC", "/nonexistent/bin/mpiexec")
-    with pytest.raises(PoolError) as info:
-        ip.run_line_magic("hvd_start", "-np 2")
-    assert "not an executable file" in str(info.value)
-    assert "JUPYTER_HVD_MPIEXEC" in info.value.hint
+def test_mpiexec_missing(ip):
+    ip.run_line_magic("config", "HvdPool.mpiexec = '/nonexistent/bin/mpiexec'")
+    try:
+        with pytest.raises(PoolError) as info:
+            ip.run_line_magic("hvd_start", "-np 2")
+    finally:
+        ip.run_line_magic("config", "HvdPool.mpiexec = ''")
+    assert "/nonexistent/bin/mpiexec, which is not an executable file" in str(info.value)
+    assert "%config HvdPool.mpiexec" in info.value.hint
     assert pools.current() is None
     assert wait_until_gone(f"hvd-{psutil.Process().pid}-", timeout=10) == []
+
+
+def test_the_old_environment_variable_still_works_with_a_warning(ip, monkeypatch):
+    from jupyter_hvd.kernel import options
+
+    monkeypatch.setattr(options, "_defaults", options.HvdPool())  # a kernel whose config does not set mpiexec
+    monkeypatch.setattr(options, "_warned", set())
+    monkeypatch.setenv("JUPYTER_HVD_MPIEXEC", "/nonexistent/bin/mpiexec")
+    with pytest.warns(FutureWarning, match=r"JUPYTER_HVD_MPIEXEC is deprecated.*c\.HvdPool\.mpiexec"):
+        with pytest.raises(PoolError, match="/nonexistent/bin/mpiexec, which is not an executable file"):
+            ip.run_line_magic("hvd_start", "-np 2")
+    assert pools.current() is None
 
 
 def test_horovod_missing_on_the_engines(tmp_path):

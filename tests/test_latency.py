@@ -86,7 +86,7 @@ def shown_text(messages: list[tuple[float, dict[str, Any]]]) -> list[tuple[float
 
 @pytest.mark.parametrize("view", ["text", "widget"])
 def test_a_print_after_a_quiet_spell_reaches_the_notebook_at_once(pool_kernel: Kernel, view: str) -> None:
-    run(pool_kernel, f"import os; os.environ['JUPYTER_HVD_LIVE_VIEW'] = {view!r}")
+    run(pool_kernel, f"%config HvdPool.live_view = {view!r}")
     messages = run(pool_kernel, QUIET_PRINTS.format(n=10))
     late_ms = [(t - float(s)) * 1e3 for t, text in shown_text(messages) for s in re.findall(r"LAT (\d+\.\d+)", text)]
     assert len(late_ms) == 10
@@ -95,7 +95,7 @@ def test_a_print_after_a_quiet_spell_reaches_the_notebook_at_once(pool_kernel: K
 
 
 def test_a_million_printed_lines_neither_swamp_the_notebook_nor_grow_the_kernel(pool_kernel: Kernel) -> None:
-    run(pool_kernel, "import os; os.environ['JUPYTER_HVD_LIVE_VIEW'] = 'text'")
+    run(pool_kernel, "%config HvdPool.live_view = 'text'")
     kernel = psutil.Process(pool_kernel.pid)
     before = kernel.memory_info().rss
     t0 = time.time()
@@ -109,7 +109,7 @@ def test_a_million_printed_lines_neither_swamp_the_notebook_nor_grow_the_kernel(
 
 
 def test_output_without_pause_is_sent_in_a_bounded_number_of_messages(pool_kernel: Kernel) -> None:
-    run(pool_kernel, "import os; os.environ['JUPYTER_HVD_LIVE_VIEW'] = 'text'")
+    run(pool_kernel, "%config HvdPool.live_view = 'text'")
     t0 = time.time()
     messages = run(pool_kernel, SUSTAINED)
     per_second = Counter(int(t - t0) for t, m in messages if m["msg_type"] == "stream")

@@ -202,10 +202,10 @@ class LiveKernel:
 @pytest.fixture(scope="module")
 def live() -> Iterator[LiveKernel]:
     """A real kernel whose %%hvd cells show the live widget, with a 2-rank pool; both stopped afterwards."""
-    k = Kernel(extra_env={"JUPYTER_HVD_LIVE_VIEW": "widget"})
+    k = Kernel()
     lk = LiveKernel(k)
     try:
-        started = lk.run("%load_ext jupyter_hvd\n%hvd_start -np 2")
+        started = lk.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'widget'\n%hvd_start -np 2")
         assert not started.errors, started.errors
         yield lk
     finally:
@@ -303,11 +303,11 @@ def test_the_saved_notebook_shows_the_final_curve_without_widgets(live: LiveKern
 
 
 def test_a_kernel_without_a_widget_front_end_streams_text_and_keeps_a_final_plot(live: LiveKernel) -> None:
-    live.run("%env JUPYTER_HVD_LIVE_VIEW=text")
+    live.run("%config HvdPool.live_view = 'text'")
     try:
         run = live.run(TRAIN.format(options="", steps=40, average=""))
     finally:
-        live.run("%env JUPYTER_HVD_LIVE_VIEW=widget")
+        live.run("%config HvdPool.live_view = 'widget'")
     assert not run.updates and not run.of("comm_open")
     assert "step 25" in run.stdout and "done" in run.stdout
     (final,) = [m["content"]["data"] for _, m in run.of("display_data")]
@@ -408,7 +408,8 @@ def test_a_cuda_loss_is_read_on_the_publishing_thread(monkeypatch: pytest.Monkey
 
 
 def test_the_view_follows_the_front_end(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_hvd.widgets import LIVE_VIEW_ENV, front_end_draws_widgets, view_for_cell
+    from jupyter_hvd.widgets import front_end_draws_widgets, view_for_cell
+    from jupyter_hvd.widgets.plain import PlainView
     from jupyter_hvd.widgets.text_view import TextView
 
     class Kernel_:
@@ -423,11 +424,10 @@ def test_the_view_follows_the_front_end(monkeypatch: pytest.MonkeyPatch) -> None
             if metadata is not None:
                 self.kernel = Kernel_(metadata)
 
-    monkeypatch.delenv(LIVE_VIEW_ENV, raising=False)
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
     monkeypatch.delenv("VSCODE_PID", raising=False)
-    assert view_for_cell(Shell(None), 2, [0], 10, ["loss"], None) is None  # a terminal: plain text
+    assert isinstance(view_for_cell(Shell(None), 2, [0], 10, ["loss"], None), PlainView)  # a terminal
     assert isinstance(view_for_cell(Shell({}), 2, [0], 10, ["loss"], None), TextView)  # nbclient
     assert front_end_draws_widgets(Shell({"cellId": "c1"}))  # JupyterLab, Notebook 7, VS Code
-    monkeypatch.setenv(LIVE_VIEW_ENV, "off")
-    assert view_for_cell(Shell({"cellId": "c1"}), 2, [0], 10, ["loss"], None) is None
+    assert isinstance(view_for_cell(Shell({"cellId": "c1"}), 2, [0], 10, ["loss"], None, "off"), PlainView)
+    assert isinstance(view_for_cell(Shell({"cellId": "c1"}), 2, [0], 10, ["loss"], None, "text"), TextView)

@@ -10,6 +10,7 @@ import pytest
 from conftest import Kernel
 
 from jupyter_hvd.kernel.magics import HvdMagics, options_table
+from jupyter_hvd.kernel.options import config_table
 
 MAGICS = ["hvd_start", "hvd_push", "hvd_pull", "hvd_status", "hvd_restart", "hvd_stop"]
 
@@ -54,10 +55,10 @@ def test_a_syntax_error_looks_like_a_plain_cells(k):
     assert k.run("print(1)").status == "ok"
 
 
-@pytest.mark.parametrize("magic", ["hvd_start", "hvd"])
+@pytest.mark.parametrize("magic", ["hvd_start", "hvd", "config"])
 def test_readme_option_tables_come_from_the_parser(magic):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     block = re.search(rf"<!-- options:{magic} -->\n(.*?)\n<!-- /options -->", readme, re.S)
-    assert block, f"README has no option table for %{magic}"
-    expected = options_table(getattr(HvdMagics, magic))
-    assert block.group(1) == expected, f"regenerate: options_table(HvdMagics.{magic})"
+    assert block, f"README has no option table for {magic}"
+    expected = config_table() if magic == "config" else options_table(getattr(HvdMagics, magic))
+    assert block.group(1) == expected, f"regenerate it: {'config_table()' if magic == 'config' else 'options_table'}"

@@ -155,11 +155,18 @@ class Driver:
     """The notebook, running in hostA's namespace with hostname hostA; reads its `@@` events."""
 
     def __init__(self, net: TwoHosts, state_dir: Path, start_line: str, *flags: str) -> None:
+        # mpiexec reaches hostB through the network namespace, not ssh: c.HvdPool.launch_agent, as a user would set
+        # it in jupyter_hvd_config.json.
+        config = state_dir / "jupyter-config"
+        config.mkdir(exist_ok=True)
+        (config / "jupyter_hvd_config.json").write_text(
+            json.dumps({"HvdPool": {"launch_agent": str(HERE / "netns_agent.sh")}})
+        )
         env = {
             **os.environ,
             "PATH": VENV_BIN + os.pathsep + os.environ.get("PATH", ""),
-            "JUPYTER_HVD_STATE_DIR": str(state_dir),
-            "JUPYTER_HVD_LAUNCH_AGENT": str(HERE / "netns_agent.sh"),
+            "JUPYTER_RUNTIME_DIR": str(state_dir / "runtime"),
+            "JUPYTER_CONFIG_DIR": str(config),
             "JHVD_NETNS_PREFIX": net.prefix,
             # What hostB's login shell would have on PATH: the same environment installed at the same path.
             "JHVD_REMOTE_PATH": VENV_BIN + ":/usr/bin:/bin",

@@ -171,14 +171,14 @@ def test_a_restart_that_fails_stops_the_pool_and_says_so():
     kernel = Kernel()
     try:
         assert kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2", timeout=120).status == "ok"
-        r = kernel.run("%env JUPYTER_HVD_MPIEXEC=/nonexistent/mpiexec\n%hvd_restart", timeout=60)
+        r = kernel.run("%config HvdPool.mpiexec = '/nonexistent/mpiexec'\n%hvd_restart", timeout=60)
         assert r.status == "error"
         assert "The restart failed" in r.error_text and "The pool was stopped" in r.error_text, r.error_text
         assert "%hvd_restart starts it again" in r.error_text
         r = kernel.run("%hvd_status")
         assert "The pool is stopped" in r.stdout, r.stdout
         assert wait_until_gone(f"hvd-{kernel.pid}-") == []
-        r = kernel.run("%env JUPYTER_HVD_MPIEXEC=\n%hvd_restart", timeout=120)
+        r = kernel.run("%config HvdPool.mpiexec = ''\n%hvd_restart", timeout=120)
         assert r.status == "ok", r.error_text
         r = kernel.run(HEALTHY, timeout=60)
         assert "sum 3.0" in r.stdout, r.stdout + r.error_text

@@ -124,7 +124,11 @@ def test_syntax_error_is_not_shipped(ip, pool):
 
 
 def test_last_expression_of_rank0_is_the_result(ip, pool):
-    assert ip.run_cell_magic("hvd", "", "rank * 10 + 7") is None  # displayed, like a normal cell
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as shown:
+        assert ip.run_cell_magic("hvd", "", "rank * 10 + 7") is None  # displayed, like a normal cell's value
+    assert [o.data["text/plain"] for o in shown.outputs] == ["7"]  # rank 0's value, shown once
     ip.run_cell_magic("hvd", "", "value = rank * 10 + 7")
     assert pull(pool, "value", 1) == 17
 
@@ -290,7 +294,7 @@ def test_the_sidebar_sees_a_long_cell_running_and_then_idle(ip, pool):
 
     def watch() -> None:
         while not stop.is_set():
-            data = state.read_pool(pool.state_file)
+            data = state.read_pool(pool.file.path)
             if data:
                 seen.append((time.monotonic(), data["state"], data["cell"]))
             time.sleep(0.02)

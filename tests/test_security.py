@@ -26,15 +26,15 @@ def test_controller_and_engines_listen_on_loopback_only(pool):
 
 
 def test_connection_and_state_files_are_owner_only(pool):
-    security = Path(pool.cluster.profile_dir) / "security"
+    security = Path(pool.launcher.cluster.profile_dir) / "security"
     files = list(security.glob(f"ipcontroller-{pool.id}-*.json"))
     assert {f.name.rsplit("-", 1)[-1] for f in files} >= {"client.json", "engine.json"}
-    for f in [*files, pool.state_file]:
+    for f in [*files, pool.file.path]:
         assert stat.S_IMODE(os.stat(f).st_mode) & 0o077 == 0, f"{f} is readable by others"
 
 
 def client_file(pool, tmp_path: Path, key: str | None) -> Path:
-    src = Path(pool.cluster.profile_dir) / "security" / f"ipcontroller-{pool.id}-client.json"
+    src = Path(pool.launcher.cluster.profile_dir) / "security" / f"ipcontroller-{pool.id}-client.json"
     info = json.loads(src.read_text())
     if key is not None:
         info["key"] = key
@@ -66,13 +66,13 @@ def test_the_cell_channel_listens_on_loopback_and_drops_what_the_pool_key_did_no
     forger.connect(info["events"])
     try:
         # A fake "rank 0 finished, all fine" under another key, then a real one: only the real one arrives.
-        forger.send_multipart(wire.pack(os.urandom(32), ("done", 0, 1, {"ok": True})))
+        forger.send_multipart(wire.pack(os.urandom(32), wire.CellEnded(0, 1, wire.CellRecord(rank=0, ok=True))))
         forger.send_multipart([b"not", b"signed", b"at all"])
-        forger.send_multipart(wire.pack(pool.channel.key, ("pong", 0, -1)))
+        forger.send_multipart(wire.pack(pool.channel.key, wire.Pong(0, -1)))
         event = pool.channel.receive(10)
-        while event is not None and event[0] == "rested":  # the idle rest's answers may come first
+        while isinstance(event, wire.Rested):  # the idle rest's answers may come first
             event = pool.channel.receive(10)
-        assert event == ("pong", 0, -1)
+        assert event == wire.Pong(0, -1)
     finally:
         forger.close()
     ip.run_cell_magic("hvd", "", "after_forgery = rank + 10")  # the pool still runs cells

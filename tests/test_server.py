@@ -23,10 +23,9 @@ pytest_plugins = ("pytest_jupyter.jupyter_server",)
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "hvd-state"
-    monkeypatch.setenv("JUPYTER_HVD_STATE_DIR", str(d))
-    return d
+def state_dir(jp_environ: None, jp_runtime_dir: Path) -> Path:
+    """The pools' directory in the server's (and its kernels') Jupyter runtime directory."""
+    return Path(jp_runtime_dir) / "jupyter-hvd"
 
 
 @pytest.fixture
@@ -40,9 +39,9 @@ def registry(jp_serverapp):
 
 
 def write_pool(pool_id: str, kernel: psutil.Process, processes: list[psutil.Process] = (), **extra) -> Path:
-    """A pool state file as Pool._write_state writes it."""
+    """A pool file as a kernel's pool writes it."""
     path = state.pool_file(pool_id)
-    state.write_pool(
+    state.write_json(
         path,
         {
             "id": pool_id,
@@ -275,7 +274,7 @@ def kill_leftovers(state_dir: Path) -> None:
     leftovers = []
     for p in psutil.process_iter():
         try:
-            if p.environ().get("JUPYTER_HVD_STATE_DIR") == str(state_dir) and p.pid != os.getpid():
+            if p.environ().get("JUPYTER_RUNTIME_DIR") == str(state_dir.parent) and p.pid != os.getpid():
                 leftovers.append(p)
         except psutil.Error:
             continue

@@ -16,7 +16,7 @@ import pytest
 
 from jupyter_hvd.kernel import slurm
 from jupyter_hvd.kernel.hosts import Host
-from jupyter_hvd.kernel.pool import PoolOptions
+from jupyter_hvd.kernel.options import HvdPool
 
 
 @pytest.mark.parametrize(
@@ -116,16 +116,16 @@ def test_start_without_np_uses_the_allocation_else_two():
 
 def test_slurm_job_options_are_checked():
     with pytest.raises(ValueError, match="does not spread evenly"):
-        PoolOptions(np=3, slurm_nodes=2).validate()
+        HvdPool(np=3, slurm=True, nodes=2).validate()
     with pytest.raises(ValueError, match="drop -H"):
-        PoolOptions(np=2, slurm_nodes=1, hosts="a:2").validate()
+        HvdPool(np=2, slurm=True, nodes=1, hosts="a:2").validate()
     with pytest.raises(ValueError, match="go with --slurm"):
-        PoolOptions(np=2, partition="gpu").validate()
-    PoolOptions(np=8, slurm_nodes=2, gpus_per_node=4, partition="gpu", time_limit="1:00:00").validate()
+        HvdPool(np=2, partition="gpu").validate()
+    HvdPool(np=8, slurm=True, nodes=2, gpus_per_node=4, partition="gpu", time="1:00:00").validate()
 
 
 def test_engine_job_script():
-    opts = PoolOptions(np=8, slurm_nodes=2, gpus_per_node=4, partition="gpu", time_limit="1:00:00")
+    opts = HvdPool(np=8, slurm=True, nodes=2, gpus_per_node=4, partition="gpu", time="1:00:00")
     kw = slurm.launcher_kwargs(opts, {"JUPYTER_HVD_POOL": "hvd-1"}, ["/venv/bin/mpiexec", "--bind-to", "none"])
     script = kw["batch_template"]
     assert script.startswith("#!/bin/sh\n")
@@ -149,7 +149,7 @@ def test_engine_job_script():
 
 
 def test_braces_in_user_values_survive_the_template():
-    opts = PoolOptions(np=2, slurm_nodes=1, partition="{odd}")
+    opts = HvdPool(np=2, slurm=True, nodes=1, partition="{odd}")
     script = slurm.batch_template(opts, ["mpiexec"])
     assert "--partition={{odd}}" in script  # ipyparallel's formatter turns {{ back into {
     assert script.format(cluster_id="c", n=2, output_file="o", program_and_args="p").count("{odd}") == 1
@@ -172,7 +172,7 @@ ip.run_line_magic("load_ext", "jupyter_hvd")
 from jupyter_hvd.kernel import pool as pools
 ip.run_line_magic("hvd_start", sys.argv[1])
 p = pools.current()
-launcher = p._engine_launcher()
+launcher = p.launcher.engine_set()
 ip.run_cell_magic("hvd", "", "total = hvd.allreduce(torch.tensor([rank + 1.0]), op=hvd.Sum).item()")
 totals = [p.client[r.engine_id].pull("total", block=True) for r in p.ranks]
 job = getattr(launcher, "job_id", "")
@@ -302,7 +302,7 @@ def test_engines_as_a_real_slurm_job(slurm_cluster, tmp_path):
     script.write_text(DRIVER)
     start = f"--slurm -N 1 -np 2 --cpu --ip {SLURM_ADDR} --timeout 120"
     slurm_cluster.env.update(
-        JUPYTER_HVD_STATE_DIR=str(tmp_path / "hvd-state"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
         PATH=str(Path(sys.executable).parent) + ":" + slurm_cluster.env.get("PATH", ""),
     )
     done = slurm_cluster.exec(sys.executable, str(script), start, check=False)
@@ -319,14 +319,14 @@ def test_engines_as_a_real_slurm_job(slurm_cluster, tmp_path):
     assert slurm_cluster.exec("squeue", "-h").stdout.strip() == ""
     ctld_log = (slurm_cluster.root / "log" / "slurmctld.log").read_text()
     assert f"REQUEST_KILL_JOB JobId={job}" in ctld_log
-    assert list((tmp_path / "hvd-state").glob("*.sbatch")) == []  # the job script was removed once it ran
+    assert list((tmp_path / "runtime" / "jupyter-hvd").glob("*.sbatch")) == []  # the job script was removed once it ran
 
 
 def test_inside_an_allocation_the_pool_takes_it(slurm_cluster, tmp_path):
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     slurm_cluster.env.update(
-        JUPYTER_HVD_STATE_DIR=str(tmp_path / "hvd-state"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
         PATH=str(Path(sys.executable).parent) + ":" + slurm_cluster.env.get("PATH", ""),
     )
     # The notebook runs inside `salloc -N 1 -n 2`; %hvd_start is given no -np.

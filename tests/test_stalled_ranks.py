@@ -18,8 +18,8 @@ def _ranks() -> list[dict[str, Any]]:
 
 
 def test_a_rank_waiting_for_a_busy_peer_shows_stalled(tmp_path, monkeypatch):
-    monkeypatch.setenv("JUPYTER_HVD_STATE_DIR", str(tmp_path))
-    kernel = Kernel(extra_env={"JUPYTER_HVD_STATE_DIR": str(tmp_path)})
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    kernel = Kernel(extra_env={"JUPYTER_RUNTIME_DIR": str(tmp_path)})
     try:
         # Horovod's stall inspector reports after 2 s instead of the pool's default 10 s; ranks that cannot leave
         # the stuck collective after the interrupt are restarted after 3 s instead of 10.

@@ -1,14 +1,15 @@
-"""The pool file's schema is written once and held equal in three places (issue 19).
+"""The pool file's schema is defined once and the other places are held to it.
 
-jupyter_hvd/state.py documents the pool file and lists its fields in `FIELDS` and `RANK_FIELDS`; the server
-(jupyter_hvd/server/registry.py `describe`) turns a file into what the sidebar gets; the sidebar's TypeScript
-model (labextension/src/model.ts `IPool`, `IRank`, `IStraggler`, `INonfinite`) types what it gets. Each test
-fails with the names that differ and where to add them.
+jupyter_hvd/state.py defines the pool file as dataclasses (PoolRecord, RankRecord, Straggler, Nonfinite); the
+kernel writes exactly those (kernel/pool_file.py); the server (jupyter_hvd/server/registry.py `describe`) turns a
+file into what the sidebar gets; the sidebar's TypeScript model (labextension/src/model.ts `IPool`, `IRank`,
+`IStraggler`, `INonfinite`) types what it gets. Each test fails with the names that differ and where to add them.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 from jupyter_hvd import state
@@ -31,28 +32,6 @@ def ts_interface(name: str, source: str | None = None) -> set[str]:
     return set(re.findall(r"^\s*([A-Za-z_]\w*)\??\s*:", body, re.M))
 
 
-def documented_fields() -> tuple[set[str], set[str], dict[str, set[str]]]:
-    """Pool fields, rank fields and the fields of pool-level objects ({rank, ratio, message}) in state's docstring."""
-    doc = state.__doc__ or ""
-    text = doc[doc.index("Fields:") + len("Fields:") : doc.index("Every number")]
-    while re.search(r"\([^()]*\)", text):  # descriptions in parentheses, nested ones included
-        text = re.sub(r"\([^()]*\)", "", text)
-    ranks = re.search(r"ranks: \[\{(.*?)\}\]", text, re.S)
-    assert ranks, "state.py's docstring should list the rank fields as `ranks: [{...}]`"
-    rank_fields = {f.strip() for f in ranks.group(1).split(",")}
-    text = text.replace(ranks.group(0), "ranks")
-    objects = {
-        m.group(1): {f.strip() for f in m.group(2).split(",")} for m in re.finditer(r"(\w+): null \| \{(.*?)\}", text)
-    }
-    text = re.sub(r"\{.*?\}", "", text, flags=re.S)
-    pool_fields = set()
-    for piece in re.split(r"[,\n]", text):
-        m = re.match(r"\s*([a-z_][a-z0-9_]*)", piece)
-        if m:
-            pool_fields.add(m.group(1))
-    return pool_fields, rank_fields, objects
-
-
 def differ(a: set[str], a_name: str, b: set[str], b_name: str) -> str:
     """'x, y in A but not in B; z in B but not in A', or '' when equal."""
     bits = []
@@ -64,20 +43,24 @@ def differ(a: set[str], a_name: str, b: set[str], b_name: str) -> str:
 
 
 def full_pool_file() -> dict:
-    """A pool file with every documented field set."""
-    data: dict = {f: None for f in state.FIELDS}
-    data.update(id="hvd-1-1", started=1.0, updated=2.0, hosts=["h"], problems=[], processes=[])
-    data["ranks"] = [{f: None for f in state.RANK_FIELDS} | {"rank": 0, "heartbeat": 1.5}]
-    return data
-
-
-def test_the_docstring_and_the_field_lists_agree() -> None:
-    pool_fields, rank_fields, _ = documented_fields()
-    problem = differ(pool_fields, "state.py's docstring", set(state.FIELDS), "state.FIELDS")
-    assert not problem, problem
-    problem = differ(rank_fields, "state.py's docstring (ranks)", set(state.RANK_FIELDS), "state.RANK_FIELDS")
-    assert not problem, problem
-    assert len(state.FIELDS) == len(set(state.FIELDS)) and len(state.RANK_FIELDS) == len(set(state.RANK_FIELDS))
+    """A pool file as the kernel writes it, with every optional part present."""
+    rank = state.RankRecord(rank=0, engine_id=0, host="h", pid=1, device="cpu", controller="MPI", tensor_ops="MPI")
+    record = state.PoolRecord(
+        id="hvd-1-1",
+        state="idle",
+        np=1,
+        options={},
+        started=1.0,
+        kernel_pid=1,
+        kernel_started=1.0,
+        kernel_id="k",
+        notebook="n.ipynb",
+        ranks=[rank],
+        straggler=state.Straggler(0, 1.5, "rank 0 is the straggler"),
+        nonfinite=state.Nonfinite(0, 3.0, "loss", "loss became nan"),
+        processes=[state.ProcessEntry(1, 1.0, "controller")],
+    )
+    return asdict(record)
 
 
 def test_the_typescript_rank_has_every_field_the_server_sends() -> None:
@@ -89,6 +72,12 @@ def test_the_typescript_rank_has_every_field_the_server_sends() -> None:
         "what jupyter_hvd/server/registry.py describe() sends per rank",
     )
     assert not problem, problem
+
+
+def test_the_server_sends_every_rank_field_of_the_schema() -> None:
+    sent = set(describe(full_pool_file(), 3.0, {}, {})["ranks"][0])
+    lost = set(state.field_names(state.RankRecord)) - sent
+    assert not lost, f"{', '.join(sorted(lost))}: in state.RankRecord but not sent by describe()"
 
 
 def test_the_typescript_pool_has_every_field_the_server_sends() -> None:
@@ -104,18 +93,18 @@ def test_the_typescript_pool_has_every_field_the_server_sends() -> None:
 
 def test_every_pool_field_reaches_the_sidebar_or_is_kept_back_on_purpose() -> None:
     sent = set(describe(full_pool_file(), 3.0, {}, {}))
-    lost = set(state.FIELDS) - sent - NOT_FOR_THE_SIDEBAR
+    lost = set(state.field_names(state.PoolRecord)) - sent - NOT_FOR_THE_SIDEBAR
     assert not lost, (
-        f"{', '.join(sorted(lost))}: in state.FIELDS but not sent to the sidebar by jupyter_hvd/server/registry.py "
+        f"{', '.join(sorted(lost))}: in state.PoolRecord but not sent to the sidebar by jupyter_hvd/server/registry.py "
         "describe() (send them, or add them to NOT_FOR_THE_SIDEBAR in this test)"
     )
 
 
-def test_the_typescript_objects_match_the_documented_ones() -> None:
-    _, _, objects = documented_fields()
-    assert set(objects) == {"straggler", "nonfinite"}, objects
-    for field, interface in (("straggler", "IStraggler"), ("nonfinite", "INonfinite")):
-        problem = differ(ts_interface(interface), f"model.ts {interface}", objects[field], f"state.py's {field}")
+def test_the_typescript_objects_match_the_schema() -> None:
+    for record, interface in ((state.Straggler, "IStraggler"), (state.Nonfinite, "INonfinite")):
+        problem = differ(
+            ts_interface(interface), f"model.ts {interface}", set(state.field_names(record)), f"state.{record.__name__}"
+        )
         assert not problem, problem
 
 
@@ -126,3 +115,13 @@ def test_the_checks_see_a_difference() -> None:
     assert m
     broken = source.replace(m.group(0), re.sub(r"\n\s*wait_ms\?:[^\n]*", "", m.group(0)))
     assert ts_interface("IRank") - ts_interface("IRank", broken) == {"wait_ms"}
+
+
+def test_a_pool_file_with_nan_is_still_json(tmp_path: Path) -> None:
+    record = state.PoolRecord(**{**full_pool_file(), "ranks": [], "straggler": None, "nonfinite": None})
+    record.ranks = [state.RankRecord(0, 0, "h", 1, "cpu", "MPI", "MPI", loss=float("nan"), cpu_percent=float("inf"))]
+    path = tmp_path / "pool-hvd-1-1.json"
+    state.write_pool(path, record)
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert state.read_pool(path)["ranks"][0]["loss"] is None

@@ -29,9 +29,9 @@ def test_a_slow_rank_is_named_after_it_stays_slow_for_the_hold_time():
         t += 0.5
     t += 0.5
     assert _feed(d, t, {0: (10.0, 30.0), 1: (40.0, 1.0), 2: (11.0, 29.0)})
-    assert d.straggler is not None and d.straggler["rank"] == 1
-    assert abs(d.straggler["ratio"] - 40 / 10.5) < 1e-9
-    assert d.straggler["message"] == "rank 1 is the straggler: 3.8x the others' compute per step"
+    assert d.straggler is not None and d.straggler.rank == 1
+    assert abs(d.straggler.ratio - 40 / 10.5) < 1e-9
+    assert d.straggler.message == "rank 1 is the straggler: 3.8x the others' compute per step"
     assert d.stats()[0] == {"compute_ms": 10.0, "wait_ms": 30.0}
 
 
@@ -55,7 +55,7 @@ def test_the_straggler_is_cleared_after_the_ranks_are_even_for_the_hold_time():
     d = StragglerDetector()
     for i in range(25):
         _feed(d, i * 0.5, {0: (10.0, 20.0), 1: (30.0, 0.0)})
-    assert d.straggler and d.straggler["rank"] == 1
+    assert d.straggler and d.straggler.rank == 1
     t0 = 25 * 0.5
     for i in range(19):
         _feed(d, t0 + i * 0.5, {0: (10.0, 1.0), 1: (10.5, 1.0)})
@@ -123,7 +123,7 @@ def _run(ip, pool, slow: int, seconds: float) -> tuple[float, float]:
 
     def watch() -> None:  # the pool file, as the sidebar reads it, while the cell runs
         while not done:
-            data = state.read_pool(pool.state_file) or {}
+            data = state.read_pool(pool.file.path) or {}
             fresh = data.get("updated", 0) > wall0 + 0.2  # written after this cell began (it clears the field)
             running = fresh and data.get("state") == "running"
             if running and not measured_at and all(r.get("compute_ms") for r in data.get("ranks", [])):
@@ -154,7 +154,7 @@ def test_the_slow_rank_is_named_in_the_pool_file_and_under_the_cell(ip, pool, ca
     # Named HOLD_S (10 s) after both ranks' first means reached the kernel; the cell started 1-3 s before that.
     assert after_measured <= HOLD_S + 1.5, after_measured
     assert named_after <= HOLD_S + 6, named_after
-    data = json.loads(pool.state_file.read_text())
+    data = json.loads(pool.file.path.read_text())
     assert data["straggler"]["rank"] == 1, data["straggler"]
     ranks = {r["rank"]: r for r in data["ranks"]}
     assert ranks[1]["compute_ms"] >= 30 > ranks[0]["compute_ms"], ranks
@@ -165,7 +165,7 @@ def test_the_slow_rank_is_named_in_the_pool_file_and_under_the_cell(ip, pool, ca
 def test_an_even_run_names_nobody(ip, pool, capsys):
     named_after, _ = _run(ip, pool, slow=-1, seconds=13)
     assert "straggler" not in capsys.readouterr().err
-    data = json.loads(pool.state_file.read_text())
+    data = json.loads(pool.file.path.read_text())
     assert data["straggler"] is None and named_after != named_after  # NaN: never named
     compute = [r["compute_ms"] for r in data["ranks"]]
     print(f"compute per step (ms) by rank: {compute}")

@@ -194,3 +194,16 @@ def test_ctrl_c_during_a_slow_pull_returns_at_once(kernel):
     assert r.status == "ok" and r.stdout == "1\n", r.error_text
     assert kernel.run("'slow' in globals()", timeout=10).outputs[0]["data"]["text/plain"] == "False"
     kernel.run("%hvd_stop", timeout=60)
+
+
+def test_a_one_rank_pool_pushes_and_pulls(kernel):
+    """One GPU, one rank: a view of one engine answers with a list of one, and push and pull both read it so."""
+    r = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 1", timeout=120)
+    assert r.status == "ok", r.error_text
+    r = kernel.run("lr = 0.25\n%hvd_push lr")
+    assert r.status == "ok", r.error_text
+    r = kernel.run("%%hvd\ndoubled = lr * 2 + rank")
+    assert r.status == "ok", r.error_text
+    r = kernel.run("%hvd_pull doubled\nprint('pulled', doubled)")
+    assert r.status == "ok" and "pulled 0.5" in r.stdout, r.error_text + r.stdout
+    kernel.run("%hvd_stop")

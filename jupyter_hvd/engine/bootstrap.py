@@ -27,6 +27,7 @@ def start(env: dict[str, str], device: str, channel_info: dict[str, Any]) -> dic
 
     if not hvd.is_initialized():
         hvd.init()
+    from .. import compat
     from . import collectives, guards
 
     guards.install()  # hvd.init() pasted into a cell, or a cell that wraps an optimizer run twice, must be harmless
@@ -72,6 +73,7 @@ def start(env: dict[str, str], device: str, channel_info: dict[str, Any]) -> dic
         # A plain str: torch's own version type would make the kernel import torch to unpickle this row (2 s).
         "torch": str(torch.__version__),
         "cuda": bool(dev.type == "cuda"),
+        "warning": compat.check_horovod(),
     }
 
 

@@ -23,7 +23,23 @@ from typing import Any
 
 import zmq
 
-from .. import wire
+from .. import compat, wire
+from ..wire import (
+    CellEnded,
+    CellRecord,
+    Display,
+    Join,
+    Joined,
+    Metrics,
+    Output,
+    Ping,
+    Pong,
+    Problem,
+    Rest,
+    Rested,
+    RunCell,
+    Waiting,
+)
 from . import collectives, idle, runner
 
 # Output after a quiet spell leaves at once (leading edge); under load one message per stream per FLUSH_S at most.
@@ -40,7 +56,7 @@ class Channel:
         self.cell: int | None = None  # the cell running now, if one is
         ctx = zmq.Context.instance()
         self._requests = ctx.socket(zmq.DEALER)
-        self._requests.setsockopt(zmq.IDENTITY, identity(info["generation"], rank))
+        self._requests.setsockopt(zmq.IDENTITY, wire.identity(info["generation"], rank))
         self._requests.setsockopt(zmq.LINGER, 0)
         self._requests.connect(info["requests"])
         self._events = ctx.socket(zmq.PUSH)
@@ -58,7 +74,7 @@ class Channel:
         self._route_native_output()
         self._route_displays()
         # The DEALER says hello itself: the kernel's ROUTER can address it from then on.
-        self._requests.send_multipart(wire.pack(self.key, ("hello", rank, os.getpid())))
+        self._requests.send_multipart(wire.pack(self.key, wire.Hello(rank, os.getpid())))
 
     def listen(self) -> None:
         """Handle requests on this thread's event loop (ipykernel's main loop: call from the main thread)."""
@@ -71,41 +87,45 @@ class Channel:
 
     def _on_request(self, frames: list[bytes]) -> None:
         message = wire.unpack(self.key, frames)
-        if message is None:  # not from this pool's kernel
-            return
-        kind = message[0]
-        if kind == "cell":
-            self._run_cell(*message[1:])
-        elif kind == "join":
-            self._join(message[1])
-        elif kind == "rest":
+        if isinstance(message, RunCell):
+            self._run_cell(message)
+        elif isinstance(message, Join):
+            self._join(message.cell)
+        elif isinstance(message, Rest):
             result = _interruptible(idle.rest)
-            if result.get("error"):
-                self.problem(f"Horovod's idle rest failed: {result['error']['ename']}: {result['error']['evalue']}")
-            self.send(("rested", self.rank, None, result))
-        elif kind == "ping":  # the kernel waits until the requests before this one were handled
-            self.send(("pong", self.rank, message[1]))
+            error = result.get("error")
+            if error:
+                self.problem(f"Horovod's idle rest failed: {error['ename']}: {error['evalue']}")
+            self.send(Rested(self.rank, bool(result.get("resting")), result.get("busy", ""), error))
+        elif isinstance(message, Ping):  # the kernel waits until the requests before this one were handled
+            self.send(Pong(self.rank, message.n))
+        # anything else is not from this pool's kernel (unsigned, or of another version): dropped
 
-    def _run_cell(self, cell: int, source: str, filename: str, show: bool, max_lines: int) -> None:
-        self.cell = cell
+    def _run_cell(self, request: RunCell) -> None:
+        self.cell = request.cell
         out = _CellText(self, "stdout")
         err = _CellText(self, "stderr")
-        record = _interruptible(runner.run_cell, source, filename, show, max_lines, out, err)
-        record.setdefault("rank", self.rank)
+        record = _interruptible(
+            runner.run_cell, request.source, request.filename, request.show, request.max_lines, out, err
+        )
+        if not isinstance(record, CellRecord):  # an interrupt that landed outside the cell's own handling
+            record = CellRecord(rank=self.rank, ok=False, error=record.get("error"))
+        record.rank = self.rank
         try:
             self.send_output()
-            self.send(("done", self.rank, cell, record))
+            self.send(CellEnded(self.rank, request.cell, record))
         except Exception as exc:  # the kernel waits for this end: it must arrive, if only as an error
-            error = {"ename": type(exc).__name__, "evalue": f"the cell's end could not be sent: {exc}", "traceback": ""}
-            self.send(("done", self.rank, cell, {"rank": self.rank, "ok": False, "value": None, "error": error}))
+            error = wire.ErrorInfo(ename=type(exc).__name__, evalue=f"the cell's end could not be sent: {exc}")
+            self.send(CellEnded(self.rank, request.cell, CellRecord(rank=self.rank, ok=False, error=error)))
         self.cell = None
 
     def _join(self, cell: int) -> None:
-        self.send(("joined", self.rank, cell, _interruptible(runner.leave_collectives)))
+        result = _interruptible(runner.leave_collectives)
+        self.send(Joined(self.rank, cell, bool(result.get("ok")), result.get("in_flight", 0), result.get("error")))
 
     # ---- events --------------------------------------------------------------------------------------------
 
-    def send(self, event: tuple[Any, ...]) -> None:
+    def send(self, event: wire.Event) -> None:
         """Send one event to the kernel (from any thread)."""
         if self._forked:
             return  # a child of os.fork() in a cell: the kernel talks to the engine, not to its children
@@ -130,7 +150,7 @@ class Channel:
                     text = "".join(parts[:n])
                     del parts[:n]
                     self._sent_at = time.monotonic()
-                    self.send(("stream", self.rank, self.cell, name, text))
+                    self.send(Output(self.rank, self.cell, name, text))
 
     def _flush_loop(self) -> None:
         while True:
@@ -153,7 +173,7 @@ class Channel:
         """Tell the kernel that something of jupyter-hvd's (or a user's thread) failed on this rank: it shows the
         line in the running cell, in %hvd_status and in the sidebar."""
         try:
-            self.send(("problem", self.rank, self.cell, text[:2000]))
+            self.send(Problem(self.rank, self.cell, text[:2000]))
         except Exception:
             print(f"jupyter-hvd: {text}", file=sys.__stderr__, flush=True)  # the engine's own log, at least
 
@@ -178,9 +198,9 @@ class Channel:
                 cell = self.cell
                 wait = collectives.main_thread_wait() if cell is not None else None
                 if wait is not None and (reported is None or wait["name"] != reported["name"]):
-                    self.send(("waiting", self.rank, cell, wait))
+                    self.send(Waiting(self.rank, cell, wait))
                 elif wait is None and reported is not None and cell is not None:
-                    self.send(("waiting", self.rank, cell, None))
+                    self.send(Waiting(self.rank, cell, None))
                 reported = wait
             except Exception as exc:  # report once, and keep watching
                 self.problem(f"the collectives watch failed: {type(exc).__name__}: {exc}")
@@ -209,22 +229,17 @@ class Channel:
         """`display(...)` in a cell: sent with the cell's output, in order (rank 0's is shown in the notebook)."""
         from IPython import get_ipython
 
-        publisher = get_ipython().display_pub
-        original = publisher.publish
+        def wrap(original: Any) -> Any:
+            def publish(data: dict[str, Any], metadata: dict[str, Any] | None = None, *args: Any, **kw: Any) -> None:
+                if self.cell is None:
+                    original(data, metadata, *args, **kw)
+                    return
+                self.send_output()
+                self.send(Display(self.rank, self.cell, data, metadata or {}))
 
-        def publish(data: dict[str, Any], metadata: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> None:
-            if self.cell is None:
-                original(data, metadata, *args, **kwargs)
-                return
-            self.send_output()
-            self.send(("display", self.rank, self.cell, {"data": data, "metadata": metadata or {}}))
+            return publish
 
-        publisher.publish = publish
-
-
-def identity(generation: int, rank: int) -> bytes:
-    """How the kernel addresses a rank: engines of an earlier start of the pool (a restart) are never confused."""
-    return f"{generation}:{rank}".encode()
+        compat.wrap_display_publisher(get_ipython(), wrap)
 
 
 class _CellText:
@@ -268,4 +283,4 @@ def connect(info: dict[str, Any], rank: int) -> None:
 def send_metrics(batch: list[dict[str, Any]]) -> None:
     """Send `report()` records to the kernel, tagged with the running cell (dropped where no channel is open)."""
     if _channel is not None:
-        _channel.send(("data", _channel.rank, _channel.cell, batch))
+        _channel.send(Metrics(_channel.rank, _channel.cell, batch))

@@ -6,8 +6,9 @@ cell after 8 allreduces while another waits in its 9th, or two ranks that wait o
 stall inspector notices only after HOROVOD_STALL_CHECK_TIME_SECONDS, and only warns. The idle rest
 (engine/idle.py) asks `busy()` before it stops Horovod under a user's thread.
 
-A light wrap of horovod.torch.mpi_ops: each op start is counted and its handle named; each blocking wait is
-recorded while it lasts (Horovod releases the GIL while it waits, so a watch thread can report it).
+A light wrap of horovod.torch.mpi_ops (through jupyter_hvd/compat.py): each op start is counted and its handle
+named; each blocking wait is recorded while it lasts (Horovod releases the GIL while it waits, so a watch thread can
+report it).
 Imported on the engines only.
 """
 
@@ -15,23 +16,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import compat
+
 WAIT_REPORT_S = 0.5  # a wait this long is reported to the kernel (shorter ones are a normal collective)
-_ASYNC_OPS = {  # mpi_ops' private op starters, all of which take the tensor name as `name`
-    "_allreduce_async": "allreduce",
-    "_grouped_allreduce_async": "grouped_allreduce",
-    "_allgather_async": "allgather",
-    "_grouped_allgather_async": "grouped_allgather",
-    "_broadcast_async": "broadcast",
-    "_alltoall_async": "alltoall",
-    "_reducescatter_async": "reducescatter",
-    "_grouped_reducescatter_async": "grouped_reducescatter",
-}
 
 _lock = threading.Lock()
 _started = 0  # ops started since the running cell began (any thread)
@@ -46,18 +38,8 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from horovod.torch import mpi_ops
-
-    for attr, kind in _ASYNC_OPS.items():
-        real = getattr(mpi_ops, attr, None)
-        if real is not None:
-            setattr(mpi_ops, attr, _counted(real, kind))
-    real_sync = mpi_ops.synchronize
-    wrapped = _timed(real_sync)
-    # Modules that imported synchronize by name hold their own reference to it.
-    for name, module in list(sys.modules.items()):
-        if name.startswith("horovod.torch") and getattr(module, "synchronize", None) is real_sync:
-            module.synchronize = wrapped
+    compat.wrap_op_starters(_counted)
+    compat.wrap_synchronize(_timed)
     _installed = True
 
 
@@ -133,8 +115,6 @@ def main_thread_wait() -> dict[str, Any] | None:
 
 def busy() -> str:
     """Why Horovod must not be stopped now ('' when it may): ops still in flight, or a user's thread that uses it."""
-    from horovod.torch import mpi_ops
-
     with _lock:
         threads = [t for t in _users.values() if t.is_alive()]
         for ident in [i for i, t in _users.items() if not t.is_alive()]:
@@ -144,6 +124,7 @@ def busy() -> str:
         return f"thread {threads[0].name!r} uses Horovod"
     if waiting:
         return "a thread waits in a collective"
-    if mpi_ops._handle_map:  # rebound by each init(): read it here, not at import
-        return f"{len(mpi_ops._handle_map)} Horovod operation(s) in flight"
+    in_flight = compat.handles_in_flight()
+    if in_flight:
+        return f"{len(in_flight)} Horovod operation(s) in flight"
     return ""

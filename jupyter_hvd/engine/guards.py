@@ -12,6 +12,8 @@ import sys
 import weakref
 from typing import Any
 
+from .. import compat
+
 # Every hvd.DistributedOptimizer made on this engine that may still hold gradient hooks.
 _live: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -30,55 +32,10 @@ def _say(text: str) -> None:
         print(f"jupyter-hvd: {text}", file=sys.stderr, flush=True)
 
 
-def is_distributed(optimizer: Any) -> bool:
-    """True for an optimizer returned by hvd.DistributedOptimizer (plain or Adasum)."""
-    return hasattr(optimizer, "_make_hook") and hasattr(optimizer, "_requires_update")
-
-
-def _plain_class(optimizer: Any) -> type:
-    """The user's optimizer class under Horovod's generated wrapper class(es)."""
-    for cls in type(optimizer).__mro__:
-        if "_make_hook" not in vars(cls):
-            return cls
-    return type(optimizer)
-
-
-class _NeverDue(dict):
-    """An `_allreduce_delay` table whose count never reaches zero: a hook left behind never starts an allreduce."""
-
-    def __getitem__(self, key: Any) -> int:
-        return 1 << 62
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        pass
-
-
 def retire(optimizer: Any) -> int:
-    """Remove the gradient hooks `optimizer` registered, so it no longer allreduces; return how many were removed.
-
-    Horovod drops the handles `register_hook` returns. All Python hooks of one autograd node share one dict, and a
-    probe hook's handle reaches it: delete the entries whose closure holds this optimizer.
-    """
-    removed = 0
-    for acc in getattr(optimizer, "_grad_accs", []):
-        try:
-            probe = acc.register_hook(lambda *_: None)
-            hooks = probe.hooks_dict_ref()
-            probe.remove()
-        except (AttributeError, RuntimeError, TypeError):  # another torch: the hook stays, but can no longer fire
-            continue
-        if hooks is None:
-            continue
-        for key, fn in list(hooks.items()):
-            if any(cell.cell_contents is optimizer for cell in getattr(fn, "__closure__", None) or ()):
-                del hooks[key]
-                removed += 1
-    optimizer._grad_accs = []
-    optimizer._allreduce_delay = _NeverDue()
-    optimizer._requires_update = set()
-    optimizer._handles.clear()
+    """Remove the gradient hooks `optimizer` registered, so it no longer allreduces; how many were removed."""
     _live.discard(optimizer)
-    return removed
+    return compat.retire(optimizer)
 
 
 def _guard_init(hvd: Any) -> None:
@@ -101,18 +58,17 @@ def _guard_init(hvd: Any) -> None:
 
 def _zero_grad_with_set_to_none() -> None:
     """Horovod's zero_grad() takes no arguments; accept torch's `set_to_none` (None grads are fine for Horovod)."""
-    from horovod.torch import optimizer as hvd_optimizer
 
     def zero_grad(self: Any, set_to_none: bool = True) -> None:
         """Horovod's zero_grad, also accepting torch's `set_to_none` (torch's default is True)."""
-        if self._handles:
+        if compat.gradients_in_flight(self):
             raise AssertionError(
                 "optimizer.zero_grad() was called after loss.backward() but before optimizer.step() or "
                 "optimizer.synchronize(): the gradients are still being averaged. Call optimizer.step() first."
             )
         return super(type(self), self).zero_grad(set_to_none=set_to_none)
 
-    for cls in (hvd_optimizer._DistributedOptimizer, hvd_optimizer._DistributedAdasumOptimizer):
+    for cls in compat.optimizer_classes():
         cls.zero_grad = zero_grad
 
 
@@ -122,10 +78,10 @@ def _guard_distributed_optimizer(hvd: Any) -> None:
     @functools.wraps(real)
     def DistributedOptimizer(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         state = None
-        if is_distributed(optimizer):
+        if compat.is_distributed(optimizer):
             # `optimizer = hvd.DistributedOptimizer(optimizer)` run a second time: wrap the original class again.
             state = optimizer.state
-            plain = _plain_class(optimizer).__new__(_plain_class(optimizer))
+            plain = compat.plain_class(optimizer).__new__(compat.plain_class(optimizer))
             plain.param_groups = optimizer.param_groups
             retire(optimizer)
             _say(
@@ -136,8 +92,8 @@ def _guard_distributed_optimizer(hvd: Any) -> None:
         wrapped = real(optimizer, *args, **kwargs)
         if state is not None:
             wrapped.state.update(state)
-        params = {id(p) for p in wrapped._requires_update}
-        stale = [old for old in list(_live) if params & {id(p) for p in old._requires_update}]
+        params = {id(p) for p in compat.updated_parameters(wrapped)}
+        stale = [old for old in list(_live) if params & {id(p) for p in compat.updated_parameters(old)}]
         for old in stale:
             retire(old)
         if stale:

@@ -16,30 +16,20 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from .. import compat, wire
+
 _resting = False
 
 
-# Horovod 0.28.1 cannot be initialised again once one of these fixed a tuning parameter: the first hvd.init() drops
-# the parameter from its tuning vector, the second writes to the old index (parameter_manager.cc) and the rank
-# died with SIGSEGV in 3 of 4 tries here. Pools started with them (--cycle-time, --fusion-mb) stay awake.
-_NO_REINIT = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_AUTOTUNE")
-
-
-def can_rest(env: Mapping[str, str] = os.environ) -> bool:
-    """Whether Horovod can be shut down and started again without losing anything the user set up.
-
-    Decided from the environment only, which every rank shares (and the kernel knows): a peer's shutdown may
-    already have reached this rank's Horovod when it asks, and the ranks must all decide alike. Dynamic process
-    sets would be forgotten.
-    """
-    return not any(env.get(k) for k in (*_NO_REINIT, "HOROVOD_DYNAMIC_PROCESS_SETS"))
+def can_rest() -> bool:
+    """Whether this rank's Horovod may rest (the kernel decides alike, from the same environment: wire.can_rest)."""
+    return wire.can_rest(os.environ)
 
 
 def rest() -> dict[str, Any]:
     """Stop Horovod's background thread until the next cell (called on every rank at once by the kernel)."""
     global _resting
     import horovod.torch as hvd
-    from horovod.torch import mpi_ops
     from mpi4py import MPI
 
     from . import collectives
@@ -53,7 +43,7 @@ def rest() -> dict[str, Any]:
     if MPI.COMM_WORLD.allreduce(bool(busy), op=MPI.LOR):
         return {"resting": False, "busy": busy or "another rank is busy", "seconds": time.perf_counter() - t0}
     hvd.shutdown()  # also right when the first rank's shutdown already ended this rank's background thread
-    mpi_ops._handle_map.clear()  # ops left in flight by a stalled cell ended with the shutdown
+    compat.handles_in_flight().clear()  # ops left in flight by a stalled cell ended with the shutdown
     collectives.forget()
     _resting = True
     return {"resting": True, "seconds": time.perf_counter() - t0}

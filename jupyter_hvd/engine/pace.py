@@ -15,12 +15,12 @@ Imported on the engines only.
 from __future__ import annotations
 
 import functools
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import compat
 from . import channel
 
 SEND_EVERY_S = 0.5  # means over this much training go to the kernel
@@ -45,15 +45,8 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from horovod.torch import mpi_ops
-    from horovod.torch import optimizer as hvd_optimizer
-
-    current = mpi_ops.synchronize
-    wrapped = _timed_wait(current)
-    for name, module in list(sys.modules.items()):  # modules that imported synchronize by name hold their own copy
-        if name.startswith("horovod.torch") and getattr(module, "synchronize", None) is current:
-            module.synchronize = wrapped
-    for cls in (hvd_optimizer._DistributedOptimizer, hvd_optimizer._DistributedAdasumOptimizer):
+    compat.wrap_synchronize(_timed_wait)
+    for cls in compat.optimizer_classes():
         cls.synchronize = _timed_optimizer_sync(cls.synchronize)
     _installed = True
 

@@ -17,6 +17,8 @@ import traceback
 from collections import deque
 from typing import Any
 
+from .. import compat
+from ..wire import CellRecord, ErrorInfo
 from . import collectives, idle
 
 TAIL_LINES = 20  # kept per rank for error context and the pool status, even when output is not shown
@@ -103,7 +105,7 @@ class _Repr(str):
         return str(self)
 
 
-def run_cell(src: str, filename: str, show_output: bool, max_lines: int, stdout: Any, stderr: Any) -> dict[str, Any]:
+def run_cell(src: str, filename: str, show_output: bool, max_lines: int, stdout: Any, stderr: Any) -> CellRecord:
     """Execute `src` in the engine's user namespace and return a small record of how it ended.
 
     `stdout`/`stderr` receive the cell's output (up to `max_lines`, and only when `show_output`). Exceptions are
@@ -122,40 +124,40 @@ def run_cell(src: str, filename: str, show_output: bool, max_lines: int, stdout:
     sys.stdout, sys.stderr = out, err
     t0 = time.perf_counter()
     pid = os.getpid()
-    record: dict[str, Any] = {"rank": rank, "ok": True, "value": None, "error": None}
+    record = CellRecord(rank=rank, ok=True)
     collectives.begin_cell()
     try:
-        record["woke"] = idle.wake()  # Horovod rested while the pool was idle: every rank starts it again first
+        record.woke = idle.wake()  # Horovod rested while the pool was idle: every rank starts it again first
         body, last = _split_last_expression(src, filename)
         exec(body, ns)
         if last is not None:
             value = eval(last, ns)
             if value is not None and rank == 0:
-                record["value"] = _pickled(value)
+                record.value = _pickled(value)
     except BaseException as exc:
-        record["ok"] = False
-        record["error"] = describe_exception(exc)
+        record.ok = False
+        record.error = describe_exception(exc)
     finally:
         if os.getpid() != pid:  # a child forked by the cell (os.fork, multiprocessing) never runs engine code
-            os._exit(0 if record["ok"] else 1)
+            os._exit(0 if record.ok else 1)
         out.finish()
         err.finish()
         sys.stdout, sys.stderr = saved
         if "jupyter_hvd.engine.report" in sys.modules:  # the cell called report(): send what is still pending
             sys.modules["jupyter_hvd.engine.report"].flush()
-    record["seconds"] = time.perf_counter() - t0
-    record["tail"] = list(out.tail)[-5:]
-    record["lines"] = out.lines
-    record["collectives"] = collectives.started()
+    record.seconds = time.perf_counter() - t0
+    record.tail = list(out.tail)[-5:]
+    record.lines = out.lines
+    record.collectives = collectives.started()
     return record
 
 
-def describe_exception(exc: BaseException) -> dict[str, str]:
+def describe_exception(exc: BaseException) -> ErrorInfo:
     """Name, message and traceback of `exc`, without this module's own frames."""
     if isinstance(exc, SystemExit):
         # exit(), quit() and sys.exit() end the cell on this rank; the engine stays (a script would have ended).
         code = exc.code if exc.code is not None else 0
-        return {"ename": "SystemExit", "evalue": f"exit code {code}", "traceback": "", "where": "", "exit": str(code)}
+        return ErrorInfo(ename="SystemExit", evalue=f"exit code {code}", traceback="", where="", exit=str(code))
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
@@ -164,7 +166,7 @@ def describe_exception(exc: BaseException) -> dict[str, str]:
     for frame in traceback.extract_tb(tb):
         if frame.filename.startswith("<hvd-cell-"):  # the innermost line of the user's cell
             where = f"line {frame.lineno}: {(frame.line or '').strip()}"
-    return {"ename": type(exc).__name__, "evalue": str(exc), "traceback": "".join(lines), "where": where}
+    return ErrorInfo(ename=type(exc).__name__, evalue=str(exc), traceback="".join(lines), where=where)
 
 
 def leave_collectives() -> dict[str, Any]:
@@ -181,18 +183,16 @@ def leave_collectives() -> dict[str, Any]:
     which restarts the pool instead.
     """
     import horovod.torch as hvd
-    from horovod.torch import mpi_ops
 
     t0 = time.perf_counter()
     try:
         # Ops this rank submitted just before its cell ended (gradient hooks of a backward()) complete within a
         # few of Horovod's cycles when the peers submitted them too. Joining first raced with them when their names
         # were not in Horovod's response cache yet: they stayed in flight for good (2 of 8 tries) and forced a restart.
-        _settle(hvd, mpi_ops, 0.3)
+        _settle(hvd, 0.3)
         last = hvd.join()
-        in_flight = _settle(hvd, mpi_ops, 1.0)
-        mpi_ops.mpi_lib.horovod_torch_reset()
-        mpi_ops._handle_map.clear()
+        in_flight = _settle(hvd, 1.0)
+        compat.reset_handles()
         collectives.forget()
         if not in_flight:
             _forget_pending_gradients()
@@ -201,11 +201,11 @@ def leave_collectives() -> dict[str, Any]:
     return {"ok": True, "last_joined": int(last), "in_flight": in_flight, "seconds": time.perf_counter() - t0}
 
 
-def _settle(hvd: Any, mpi_ops: Any, seconds: float) -> int:
+def _settle(hvd: Any, seconds: float) -> int:
     """Wait up to `seconds` for this rank's Horovod ops in flight to complete; how many are still in flight."""
     deadline = time.monotonic() + seconds
     while True:
-        in_flight = sum(1 for handle in list(mpi_ops._handle_map) if not _done(hvd, handle))
+        in_flight = sum(1 for handle in list(compat.handles_in_flight()) if not _done(hvd, handle))
         if not in_flight or time.monotonic() > deadline:
             return in_flight
         time.sleep(0.002)
@@ -221,17 +221,11 @@ def _done(hvd: Any, handle: int) -> bool:
 
 
 def _forget_pending_gradients() -> None:
-    """Reset DistributedOptimizers left between backward() and step() by the failed cell.
-
-    Their gradient allreduces were completed by the join (without the failed ranks): their handles are
-    stale, and the next backward() would otherwise meet "gradients computed more than backward_passes_per_step".
-    """
+    """Reset DistributedOptimizers left between backward() and step() by the failed cell (their allreduces were
+    completed by the join, without the failed ranks): the next backward() would otherwise meet "gradients computed
+    more than backward_passes_per_step"."""
     from IPython import get_ipython
 
     for obj in list(get_ipython().user_ns.values()):
-        handles = getattr(obj, "_handles", None)
-        if isinstance(handles, dict) and handles and hasattr(obj, "set_backward_passes_per_step"):
-            handles.clear()
-            obj._synchronized = False
-            obj._should_synchronize = True
-            obj.set_backward_passes_per_step(obj.backward_passes_per_step)
+        if compat.is_distributed(obj) and compat.gradients_in_flight(obj):
+            compat.forget_gradients_in_flight(obj)

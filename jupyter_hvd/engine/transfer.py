@@ -1,84 +1,15 @@
-"""Moving notebook values between the kernel and the ranks (`%hvd_push`, `%hvd_pull`): how a value becomes bytes.
+"""`%hvd_push` and `%hvd_pull`, engine side: a rank's variable staged and handed out, pushed values bound.
 
-Values go by value with cloudpickle (as ipyparallel's own `use_cloudpickle` does): functions, lambdas, closures and
-classes defined in notebook cells or `%%hvd` cells live in a `__main__` namespace that the other side cannot import,
-so their code travels with them. Pickle protocol 5 keeps the data of numpy arrays and CPU tensors out of band: their
-memory is handed to ipyparallel as buffers (sent as zmq frames without a copy) and rebuilt on the other side on the
-received frames, so a 100 MB tensor is never copied in Python on either side.
-
-Runs on the engines (`stage`, `take`, `receive`) and in the kernel (`dumps`, `loads`); no IPython.display here.
+How a value becomes bytes is the contract's (jupyter_hvd/wire.py `dumps`/`loads`). Imported on the engines only.
 """
 
 from __future__ import annotations
 
-import io
-import pickle
-import sys
 from typing import Any
 
-import cloudpickle
+from ..wire import dumps, loads, nbytes
 
-PROTOCOL = 5
 _staged: tuple[bytes, list[memoryview]] | None = None  # what `stage` serialised and `take` hands out
-
-
-def _rebuild_tensor(array: Any, parameter: bool, requires_grad: bool) -> Any:
-    """A CPU tensor on the memory of `array` (no copy); an nn.Parameter where one was sent."""
-    import torch
-
-    if not array.flags.writeable:  # small buffers come inside the pickle (ipyparallel inlines them): copy those
-        array = array.copy()
-    tensor = torch.from_numpy(array)
-    if parameter:
-        return torch.nn.Parameter(tensor, requires_grad=requires_grad)
-    return tensor.requires_grad_(requires_grad) if requires_grad else tensor
-
-
-def _tensor_reduce(obj: Any) -> Any:
-    """Out-of-band reduction of a plain dense CPU tensor that owns all of its storage; NotImplemented otherwise."""
-    torch = sys.modules["torch"]
-    kind = type(obj)
-    if kind is not torch.Tensor and kind is not torch.nn.Parameter:
-        return NotImplemented
-    if obj.device.type != "cpu" or obj.layout != torch.strided or obj.is_quantized or obj.grad_fn is not None:
-        return NotImplemented
-    # A view of a larger storage keeps torch's own pickling, which keeps views sharing their storage.
-    if not obj.is_contiguous() or obj.storage_offset() or obj.untyped_storage().nbytes() != obj.nbytes:
-        return NotImplemented
-    try:
-        array = obj.detach().numpy()  # shares the tensor's memory
-    except (TypeError, RuntimeError):  # dtypes numpy lacks (bfloat16...)
-        return NotImplemented
-    return _rebuild_tensor, (array, kind is torch.nn.Parameter, obj.requires_grad)
-
-
-class _Pickler(cloudpickle.Pickler):
-    """cloudpickle, with torch CPU tensors out of band (torch's own pickling copies them twice through torch.save)."""
-
-    def reducer_override(self, obj: Any) -> Any:
-        if "torch" in sys.modules and type(obj).__module__.startswith("torch"):
-            reduced = _tensor_reduce(obj)
-            if reduced is not NotImplemented:
-                return reduced
-        return super().reducer_override(obj)
-
-
-def dumps(value: Any) -> tuple[bytes, list[memoryview]]:
-    """`value` as a pickle (protocol 5) and the out-of-band buffers it refers to (views of its memory, not copies)."""
-    buffers: list[pickle.PickleBuffer] = []
-    out = io.BytesIO()
-    _Pickler(out, protocol=PROTOCOL, buffer_callback=buffers.append).dump(value)
-    return out.getvalue(), [b.raw() for b in buffers]
-
-
-def loads(header: bytes, buffers: list[Any]) -> Any:
-    """The value `dumps` made, rebuilt on `buffers` (received frames are used in place)."""
-    return pickle.loads(header, buffers=buffers)
-
-
-def nbytes(header: bytes, buffers: list[memoryview]) -> int:
-    """Bytes that cross the wire for one value."""
-    return len(header) + sum(b.nbytes for b in buffers)
 
 
 def _describe(exc: BaseException) -> dict[str, str]:

@@ -20,15 +20,18 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from IPython.display import display, publish_display_data
 
+from .. import state, wire
 from ..metrics import parse_line
+from ..widgets import CellView, plain_view
 from .channel import ChannelError
 from .errors import CellFailed, group_errors
 from .pool import Pool
 from .ranks import format_ranks
+from .restart import recover
 from .straggler import StragglerDetector
 
 GRACE_S = 1.0  # after a first error, how long other ranks may take to end (or raise the same error) by themselves
@@ -47,81 +50,20 @@ ADVICE = (
 _cell_numbers = itertools.count(1)
 
 
-class LiveSink(Protocol):
-    """Receives a running cell's output and metrics instead of the plain text stream (the live view)."""
-
-    def output(self, rank: int, name: str, text: str) -> None: ...
-
-    def metrics(self, rank: int, data: Any) -> None: ...
-
-    def tick(self) -> None: ...
-
-    def close(self, ok: bool) -> None: ...
-
-
 @dataclass
 class CellOptions:
-    """How `%%hvd` shows a cell: whose output, how much of it, and where (plain stream or a live view)."""
+    """How `%%hvd` shows a cell: whose output, how much of it, and where."""
 
     show_ranks: list[int] = field(default_factory=lambda: [0])
     log_lines: int = 10_000
-    live: LiveSink | None = None
-
-
-class OutputRouter:
-    """Writes engine output into the notebook cell: rank 0 raw (so `\\r` progress bars work), others prefixed."""
-
-    # ipykernel's OutStream sends what was written 0.2 s after the first write. Here a line after a quiet spell is
-    # flushed at once (leading edge); under load the stream's own timer sends every THROTTLE_S at most.
-    THROTTLE_S = 0.02
-
-    def __init__(self, show_ranks: list[int]) -> None:
-        self.prefix = len(show_ranks) > 1 or show_ranks != [0]
-        self._partial: dict[tuple[int, str], str] = {}
-        self._wrote = False
-        self._flushed_at: dict[str, float] = {}
-        self._intervals: dict[Any, Any] = {}  # stream -> its own flush_interval, put back by close()
-
-    def feed(self, rank: int, name: str, text: str) -> None:
-        out = sys.stderr if name == "stderr" else sys.stdout
-        self._wrote = True
-        if not self.prefix:
-            self._write(name, out, text)
-            return
-        buf = self._partial.get((rank, name), "") + text
-        *lines, rest = buf.split("\n")
-        self._partial[(rank, name)] = rest
-        if lines:
-            self._write(name, out, "".join(f"[rank {rank}] {line}\n" for line in lines))
-
-    def _write(self, name: str, out: Any, text: str) -> None:
-        if out not in self._intervals and isinstance(getattr(out, "flush_interval", None), float):
-            self._intervals[out] = out.flush_interval
-            out.flush_interval = self.THROTTLE_S
-        out.write(text)
-        now = time.monotonic()
-        if now - self._flushed_at.get(name, 0.0) >= self.THROTTLE_S:
-            self._flushed_at[name] = now
-            out.flush()  # waits for the kernel's IO thread (~1 ms); at most once per THROTTLE_S
-
-    def close(self) -> None:
-        for (rank, name), rest in self._partial.items():
-            if rest:
-                (sys.stderr if name == "stderr" else sys.stdout).write(f"[rank {rank}] {rest}\n")
-        self._partial.clear()
-        for out, interval in self._intervals.items():
-            out.flush_interval = interval
-        self._intervals.clear()
-        if self._wrote:  # output before the cell's error message; a flush waits for the kernel's IO thread (~1 ms)
-            sys.stdout.flush()
-            sys.stderr.flush()
+    view: CellView | None = None  # None: plain text
 
 
 @dataclass
 class _RankRun:
     rank: int
     state: str = "running"  # running | ok | error | stopped | dead
-    record: dict[str, Any] | None = None
+    record: wire.CellRecord | None = None
     signaled_at: float | None = None
     join_sent: bool = False
     joined: bool = False
@@ -140,7 +82,7 @@ class CellRun:
         self.options = options
         self.number = next(_cell_numbers)  # events of this cell carry it; earlier cells' late events are dropped
         self.filename = f"<hvd-cell-{self.number}>"
-        self.router = OutputRouter(options.show_ranks)
+        self.view: CellView = options.view or plain_view(options.show_ranks)
         self.runs: dict[int, _RankRun] = {}
         self.failed_at: float | None = None
         self.reason: str | None = None  # error | interrupt
@@ -167,7 +109,9 @@ class CellRun:
         try:
             for r in self.pool.ranks:
                 show = r.rank in self.options.show_ranks
-                channel.send(r.rank, ("cell", self.number, self.source, self.filename, show, self.options.log_lines))
+                channel.send(
+                    r.rank, wire.RunCell(self.number, self.source, self.filename, show, self.options.log_lines)
+                )
         except ChannelError as exc:
             self._check_liveness()
             raise _PoolLost(f"the cell could not be sent: {exc}") from None
@@ -179,19 +123,14 @@ class CellRun:
         with self.pool.lock:
             first_line = next((ln for ln in self.source.splitlines() if ln.strip()), "")
             self.pool.set_state("running", first_line[:120], publish=False)
-            self.pool.nonfinite = None
-            self.pool.straggler = None
+            self.pool.file.nonfinite = None
+            self.pool.file.straggler = None
             try:
                 self._loop()
             finally:
-                self.router.close()
-                if self.options.live is not None:
-                    self.options.live.close(self.reason is None and self.lost is None)
+                self.view.close(self.reason is None and self.lost is None)
                 self.pool.cells_run += 1
-                for stats in self.pool.rank_stats.values():  # a stall ends with its cell
-                    if stats.get("state") == "stalled":
-                        del stats["state"]
-                    stats.pop("stalled_on", None)
+                self.pool.file.end_of_cell()
                 if self.pool.client is not None and self.pool.ranks:
                     self.pool.update_rank_stats(
                         {r: {"last_line": ln} for r, ln in self.last_lines.items()}, publish=False
@@ -206,11 +145,7 @@ class CellRun:
         if action == "restart":
             self._restart("the pool was restarted from the sidebar")
         elif action == "stop":
-            from . import pool as pools
-
             self.pool.stop()
-            if pools.current() is self.pool:
-                pools.set_current(None)
             self.lost = "The pool was stopped from the sidebar; start a new one with %hvd_start -np N."
 
     def _loop(self) -> None:
@@ -256,49 +191,42 @@ class CellRun:
             self._check_mismatch()
         if self.reason is not None:
             self._advance_wind_down()
-        if self.options.live is not None:
-            self.options.live.tick()
+        self.view.tick()
 
-    def _handle(self, ev: tuple[Any, ...]) -> None:
-        kind, rank, cell = ev[0], ev[1], ev[2]
-        run = self.runs.get(rank)
-        if cell != self.number or run is None:
+    def _handle(self, ev: wire.Event) -> None:
+        run = self.runs.get(ev.rank)
+        if getattr(ev, "cell", None) != self.number or run is None:
             return  # a late event of an earlier cell, or of an engine that is no longer in the pool
-        if kind == "stream":
-            name, text = ev[3], ev[4]
-            self._note_last_line(rank, text)
-            if name == "stderr":
+        if isinstance(ev, wire.Output):
+            self._note_last_line(ev.rank, ev.text)
+            if ev.stream == "stderr":
                 # The stall report may arrive split over several chunks: look at the recent stderr as a whole.
-                self._stderr_tail = (self._stderr_tail + text)[-8000:]
+                self._stderr_tail = (self._stderr_tail + ev.text)[-8000:]
                 if "Missing ranks:" in self._stderr_tail:
                     self._note_stall(self._stderr_tail)
-            if self.options.live is not None:
-                self.options.live.output(rank, name, text)
-            else:
-                self.router.feed(rank, name, text)
-        elif kind == "data":
-            self._note_progress(rank, ev[3])
-            if self.options.live is not None:
-                self.options.live.metrics(rank, ev[3])
-        elif kind == "display" and rank == self.options.show_ranks[0]:
-            publish_display_data(ev[3].get("data", {}), ev[3].get("metadata", {}))
-        elif kind == "done" and run.state == "running":
-            self._finished(run, ev[3])
-        elif kind == "waiting":
-            run.waiting = ev[3]
-            run.waiting_since = time.monotonic() - ev[3]["waited"] if ev[3] else None
-        elif kind == "problem":
-            print(f"jupyter-hvd: rank {rank}: {ev[3]}", file=sys.stderr, flush=True)
-        elif kind == "joined":
+            self.view.output(ev.rank, ev.stream, ev.text)
+        elif isinstance(ev, wire.Metrics):
+            self._note_progress(ev.rank, ev.records)
+            self.view.metrics(ev.rank, ev.records)
+        elif isinstance(ev, wire.Display):
+            if ev.rank == self.options.show_ranks[0]:
+                publish_display_data(ev.data, ev.metadata)
+        elif isinstance(ev, wire.CellEnded):
+            if run.state == "running":
+                self._finished(run, ev.record)
+        elif isinstance(ev, wire.Waiting):
+            run.waiting = ev.wait
+            run.waiting_since = time.monotonic() - ev.wait["waited"] if ev.wait else None
+        elif isinstance(ev, wire.Problem):
+            print(f"jupyter-hvd: rank {ev.rank}: {ev.text}", file=sys.stderr, flush=True)
+        elif isinstance(ev, wire.Joined):
             run.joined = True
-            result = ev[3]
-            if not result.get("ok") or result.get("in_flight"):
+            if not ev.ok or ev.in_flight:
                 self.unclean_join = (
-                    f"rank {rank} still had {result.get('in_flight', '?')} Horovod operations in flight after "
-                    "the failure (e.g. gradients of a backward() without step()), which would clash with the "
-                    "next cell"
-                    if result.get("ok")
-                    else f"rank {rank} could not leave Horovod's collectives ({result['error']['ename']})"
+                    f"rank {ev.rank} still had {ev.in_flight} Horovod operations in flight after the failure (e.g. "
+                    "gradients of a backward() without step()), which would clash with the next cell"
+                    if ev.ok
+                    else f"rank {ev.rank} could not leave Horovod's collectives ({(ev.error or {}).get('ename')})"
                 )
 
     def _note_last_line(self, rank: int, text: str) -> None:
@@ -313,7 +241,7 @@ class CellRun:
             if "loss" in parsed.values:
                 stats["loss"] = parsed.values["loss"]
             self.pool.update_rank_stats({rank: stats}, publish=False)
-        if self.pool.nonfinite is None and ("nan" in text or "inf" in text.lower()):  # any line of the chunk
+        if self.pool.file.nonfinite is None and ("nan" in text or "inf" in text.lower()):  # any line of the chunk
             for line in lines:
                 parsed = parse_line(line)
                 for name, value in parsed.values.items():
@@ -354,15 +282,13 @@ class CellRun:
         self.pool.update_rank_stats({rank: self.pace.stats()[rank]}, publish=False)
         if not changed:
             if self.pace.straggler is not None:
-                self.pool.straggler = self.pace.straggler  # its ratio follows the latest means
+                self.pool.file.straggler = self.pace.straggler  # its ratio follows the latest means
             return
-        self.pool.straggler = self.pace.straggler
-        message = self.pace.straggler["message"] if self.pace.straggler else None
+        self.pool.file.straggler = self.pace.straggler
+        message = self.pace.straggler.message if self.pace.straggler else None
         if message:
             print(f"jupyter-hvd: {message}.", file=sys.stderr, flush=True)
-        note = getattr(self.options.live, "straggler", None)
-        if callable(note):
-            note(message)
+        self.view.straggler(message)
         self.pool.publish()
 
     def _check_mismatch(self) -> None:
@@ -380,7 +306,7 @@ class CellRun:
             if now - max(min(r.finished_at or now for r in finished), now - waiting_for) < UNEVEN_S:
                 return
             done = ", ".join(
-                f"rank {r.rank} after {(r.record or {}).get('collectives', '?')} collectives" for r in finished
+                f"rank {r.rank} after {r.record.collectives if r.record else '?'} collectives" for r in finished
             )
             self.mismatch = f"Collectives did not match: the cell finished on {done}, while {waits}.\n{ADVICE}"
             self._begin_wind_down("mismatch")
@@ -394,23 +320,23 @@ class CellRun:
 
     def _note_nonfinite(self, rank: int, metric: str, value: Any, step: Any) -> None:
         """Say once per cell where a metric first became NaN or Inf (the plot shows a gap from there)."""
-        if self.pool.nonfinite is not None or not isinstance(value, float) or math.isfinite(value):
+        if self.pool.file.nonfinite is not None or not isinstance(value, float) or math.isfinite(value):
             return
         where = f" at step {step:g}" if isinstance(step, (int, float)) else ""
         message = f"{metric} became {value}{where} on rank {rank}"
-        self.pool.nonfinite = {"rank": rank, "step": step, "metric": metric, "message": message}
+        self.pool.file.nonfinite = state.Nonfinite(rank, step, metric, message)
         print(f"jupyter-hvd: {message}.", file=sys.stderr, flush=True)
 
-    def _finished(self, run: _RankRun, record: dict[str, Any]) -> None:
+    def _finished(self, run: _RankRun, record: wire.CellRecord) -> None:
         run.record = record
         run.finished_at = time.monotonic()
-        if record.get("tail") and run.rank not in self.last_lines:
-            self.last_lines[run.rank] = record["tail"][-1][-200:]
-        if record["ok"]:
+        if record.tail and run.rank not in self.last_lines:
+            self.last_lines[run.rank] = record.tail[-1][-200:]
+        if record.ok:
             run.state = "ok"
             run.ended_after_failure = self.reason is not None
             return
-        err = record["error"]
+        err = record.error or wire.ErrorInfo(ename="Error", evalue="")
         # After the wind-down began, an interrupt or a collective broken by a peer's join is a consequence,
         # not a second error.
         consequence = err["ename"] == "KeyboardInterrupt" or (
@@ -467,7 +393,7 @@ class CellRun:
             if not run.join_sent:
                 # Behind the rank's cell on the channel: it runs the moment that rank's cell ends.
                 try:
-                    channel.send(run.rank, ("join", self.number))
+                    channel.send(run.rank, wire.Join(self.number))
                 except ChannelError as exc:
                     self._check_liveness()
                     raise _PoolLost(
@@ -507,13 +433,7 @@ class CellRun:
         return True  # each rank's output came before its end
 
     def _restart(self, what: str) -> None:
-        t0 = time.monotonic()
-        print(f"jupyter-hvd: {what}. Restarting the pool with the same options...", file=sys.stderr, flush=True)
-        self.pool.restart()
-        self.lost = (
-            f"{what[0].upper()}{what[1:]}. The pool was restarted in {time.monotonic() - t0:.1f} s: worker state "
-            "(models, variables) was lost; run the cells that define it again."
-        )
+        self.lost = recover(self.pool, what)
 
     # ---- result --------------------------------------------------------------------------------------------
 
@@ -522,7 +442,7 @@ class CellRun:
         places = {}
         for rank in ranks:
             record = self.runs[rank].record
-            where = (record or {}).get("error", {}) or {}
+            where = (record.error if record else None) or {}
             if where.get("where"):
                 places.setdefault(where["where"], []).append(rank)
         if not places:
@@ -532,12 +452,12 @@ class CellRun:
     def _finish(self) -> Any:
         lost = self.lost
         errors = [
-            {"rank": r.rank, **r.record["error"]}
+            {"rank": r.rank, **(r.record.error or {})}
             for r in self.runs.values()
             if r.state == "error" and r.record is not None
         ]
         if lost is None and self.reason is None:
-            value = self.runs[0].record.get("value") if self.runs and self.runs[0].record else None
+            value = self.runs[0].record.value if self.runs and self.runs[0].record else None
             if value is not None:
                 display(_unpickled(value))
             return None

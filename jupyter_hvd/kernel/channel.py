@@ -5,7 +5,8 @@ that sends requests to each rank (cells, joins, rests) and a PULL that receives 
 metrics, displays, ends). Messages are signed with a key only this pool's engines hold (jupyter_hvd/wire.py);
 anything else is dropped unread. ipyparallel still starts the engines and carries the bootstrap, push and pull.
 
-Events are tuples `(kind, rank, cell, ...)`; `cell` is the number of the cell they belong to.
+Requests and events are the typed messages of jupyter_hvd/wire.py; an event's `cell` is the number of the cell it
+belongs to.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import zmq
 
 from .. import wire
-from ..engine.channel import identity
+from ..wire import Event, Hello, Ping, Pong, Problem, Request, Rested
 
 
 class ChannelError(Exception):
@@ -42,7 +43,7 @@ class CellChannel:
         self._poller = zmq.Poller()
         self._poller.register(self._events, zmq.POLLIN)
         self.problems: list[tuple[int, str]] = []  # what failed on the ranks outside any cell's view (new first)
-        self.rests: dict[int, dict[str, Any]] = {}  # each rank's answer to the last rest request
+        self.rests: dict[int, Rested] = {}  # each rank's answer to the last rest request
 
     def info(self) -> dict[str, Any]:
         """What the engines need to connect (sent to them through ipyparallel's authenticated bootstrap)."""
@@ -66,18 +67,18 @@ class CellChannel:
                 continue
             frames = self._requests.recv_multipart()
             message = wire.unpack(self.key, frames[1:])
-            if message and message[0] == "hello" and frames[0] == identity(self.generation, message[1]):
-                waiting.discard(message[1])
+            if isinstance(message, Hello) and frames[0] == wire.identity(self.generation, message.rank):
+                waiting.discard(message.rank)
         return sorted(waiting)
 
-    def send(self, rank: int, request: tuple[Any, ...]) -> None:
+    def send(self, rank: int, request: Request) -> None:
         """Send one request to one rank."""
         try:
-            self._requests.send_multipart([identity(self.generation, rank), *wire.pack(self.key, request)])
+            self._requests.send_multipart([wire.identity(self.generation, rank), *wire.pack(self.key, request)])
         except zmq.ZMQError as exc:
             raise ChannelError(f"rank {rank} is not connected ({exc})") from None
 
-    def receive(self, timeout: float) -> tuple[Any, ...] | None:
+    def receive(self, timeout: float) -> Event | None:
         """The next event from any rank, waiting up to `timeout` seconds; None if none came. Ctrl-C interrupts."""
         deadline = time.monotonic() + timeout
         while True:
@@ -88,13 +89,13 @@ class CellChannel:
                 if left <= 0 or not self._poller.poll(max(1, int(left * 1000))):
                     return None
                 continue
-            event = _safe_unpack(self.key, frames)
-            if isinstance(event, tuple) and len(event) >= 3:
-                if event[0] == "problem":
-                    self.problems = [(event[1], str(event[3])), *self.problems][:20]
-                elif event[0] == "rested" and isinstance(event[3], dict):
-                    self.rests[event[1]] = event[3]
-                return event
+            event = wire.unpack(self.key, frames)
+            if isinstance(event, Problem):
+                self.problems = [(event.rank, event.text), *self.problems][:20]
+            elif isinstance(event, Rested):
+                self.rests[event.rank] = event
+            if event is not None:
+                return event  # type: ignore[return-value]
 
     def settle(self, ranks: int, timeout: float = 10.0) -> bool:
         """Wait until every rank has handled all requests sent to it so far (a rest, say); whether all did.
@@ -103,15 +104,15 @@ class CellChannel:
         """
         self._pings += 1
         for rank in range(ranks):
-            self.send(rank, ("ping", self._pings))
+            self.send(rank, Ping(self._pings))
         waiting = set(range(ranks))
         deadline = time.monotonic() + timeout
         while waiting:
             event = self.receive(deadline - time.monotonic())
             if event is None:
                 return False
-            if event[0] == "pong" and event[2] == self._pings:
-                waiting.discard(event[1])
+            if isinstance(event, Pong) and event.n == self._pings:
+                waiting.discard(event.rank)
         return True
 
     def drain(self) -> None:
@@ -122,10 +123,3 @@ class CellChannel:
     def close(self) -> None:
         self._requests.close(0)
         self._events.close(0)
-
-
-def _safe_unpack(key: bytes, frames: list[bytes]) -> Any:
-    try:
-        return wire.unpack(key, frames)
-    except Exception:  # signed by our key but unreadable here (a class the kernel cannot import): skip it
-        return None

@@ -1,7 +1,7 @@
 """Pools across several hosts: `-H host:slots,...` and hostfiles, the controller address, and mpiexec's arguments.
 
-Runs in the user's kernel. Engines on other hosts are started by `mpiexec` (over ssh, or the launch agent named in
-$JUPYTER_HVD_LAUNCH_AGENT) and reach the ipyparallel controller over the network, so the controller must listen on
+Runs in the user's kernel. Engines on other hosts are started by `mpiexec` (over ssh, or the launch agent set as
+c.HvdPool.launch_agent) and reach the ipyparallel controller over the network, so the controller must listen on
 an address those hosts can reach: chosen here from the route to the first remote host, or given with `--ip`.
 """
 
@@ -16,8 +16,6 @@ from pathlib import Path
 
 import psutil
 
-# A command that replaces ssh for mpiexec (Open MPI 5 passes it as `--prtemca plm_ssh_agent`).
-LAUNCH_AGENT_ENV = "JUPYTER_HVD_LAUNCH_AGENT"
 # Variables every remote engine needs besides the pool's own environment; mpiexec forwards only what `-x` names.
 FORWARDED = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV")
 # ipyparallel puts these in mpiexec's environment: the controller's address and key travel in IPP_CONNECTION_INFO,
@@ -155,11 +153,6 @@ def network_of(ip: str) -> str | None:
     return None
 
 
-def launch_agent() -> str:
-    """The command mpiexec uses instead of ssh, from $JUPYTER_HVD_LAUNCH_AGENT ("" for ssh)."""
-    return os.environ.get(LAUNCH_AGENT_ENV, "").strip()
-
-
 def forwarded_keys(env: dict[str, str]) -> list[str]:
     """Names of the variables remote engines must receive: the pool's environment plus the process's own."""
     keys = set(env) | set(FROM_LAUNCHER)
@@ -173,10 +166,11 @@ def mpiexec_args(
     hostfile: str = "",
     ip: str = "",
     env: dict[str, str] | None = None,
-    agent: str | None = None,
+    agent: str = "",
 ) -> list[str]:
     """mpiexec arguments that place ranks on `hosts` (from -H or `hostfile`), forward `env` with `-x`,
-    keep MPI's traffic on the network of `ip`, and use `agent` instead of ssh when one is configured."""
+    keep MPI's traffic on the network of `ip`, and use `agent` instead of ssh when one is given (Open MPI 5 takes
+    it as `--prtemca plm_ssh_agent`)."""
     args: list[str] = []
     if hostfile:
         args += ["--hostfile", str(Path(hostfile).expanduser())]
@@ -188,7 +182,6 @@ def mpiexec_args(
     if network:
         # Only the interface the hosts share: MPI would otherwise try docker/virtual bridges and stall.
         args += ["--mca", "btl_tcp_if_include", network, "--prtemca", "oob_tcp_if_include", network]
-    agent = launch_agent() if agent is None else agent
     if agent:
         args += ["--prtemca", "plm_ssh_agent", agent]
     return args

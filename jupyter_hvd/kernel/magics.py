@@ -9,23 +9,18 @@ from IPython.core.error import UsageError
 from IPython.core.inputtransformer2 import TransformerManager
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import TraitError
 
 from ..widgets import view_for_cell
 from . import pool as pools
-from . import slurm
+from . import restart, slurm
 from . import timeline as hvd_timeline
 from . import transfer as hvd_transfer
 from .cell import CellOptions, run_cell
+from .options import options_from, setting, start_arguments
 from .ranks import parse_ranks
 
 _transform = TransformerManager()
-
-
-def _env_pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise UsageError(f"--env expects KEY=VALUE (got {text!r})")
-    return key, value
 
 
 HELP_FLAGS = {"--help", "-h"}
@@ -87,55 +82,12 @@ class HvdMagics(Magics):
 
     @line_magic
     @magic_arguments()
-    @argument(
-        "-np",
-        type=int,
-        default=None,
-        help="number of ranks, one engine each (default: the SLURM allocation, the hosts' slots, or 2)",
-    )
-    @argument("-H", "--hosts", default="", metavar="HOST:SLOTS,...", help="hosts for the ranks: server1:4,server2:4")
-    @argument("--hostfile", default="", metavar="FILE", help="Open MPI hostfile (`host slots=N` per line)")
-    @argument("--ip", default="", help="address the controller listens on (default: the route to the hosts)")
-    @argument("--slurm", action="store_true", help="submit the engines as a SLURM job (with -N, --gpus-per-node)")
-    @argument("-N", "--nodes", type=int, default=0, help="nodes of the --slurm job")
-    @argument("--gpus-per-node", type=int, default=0, help="GPUs per node of the --slurm job (one rank each)")
-    @argument("--partition", default="", help="SLURM partition of the --slurm job")
-    @argument("--time", default="", help="time limit of the --slurm job (SLURM syntax, e.g. 1:00:00)")
-    @argument("--timeout", type=float, default=120.0, help="seconds to wait for engines and hvd.init()")
-    @argument(
-        "--env", action="append", default=[], metavar="KEY=VALUE", help="environment for the engines (repeatable)"
-    )
-    @argument("--cycle-time", type=float, default=None, metavar="MS", help="HOROVOD_CYCLE_TIME in milliseconds")
-    @argument("--fusion-mb", type=float, default=None, metavar="MB", help="Horovod's tensor fusion buffer in MB")
-    @argument("--ops", default="auto", help="collective backend: auto (NCCL on GPUs, else MPI), nccl, mpi")
-    @argument("--oversubscribe", action="store_true", help="allow more ranks than GPUs (ranks share GPUs)")
-    @argument("--cpu", action="store_true", help="CPU ranks even where GPUs exist")
-    @argument(
-        "--fail-timeout",
-        type=float,
-        default=10.0,
-        metavar="S",
-        help="after an error on some ranks, how long the others may take to stop before the pool restarts",
-    )
-    @argument(
-        "--rest-after",
-        type=float,
-        default=None,
-        metavar="S",
-        help="idle seconds after which Horovod's background thread is stopped until the next cell (an idle Horovod "
-        f"keeps a core per rank busy); 0: never. Default: {pools.REST_AFTER_CPU_S:g} on CPU ranks, "
-        f"{pools.REST_AFTER_GPU_S:g} on GPUs",
-    )
-    @argument(
-        "--timeline",
-        action="store_true",
-        help="only for pools with --cycle-time, --fusion-mb or autotuning: keep Horovod's timeline on for the pool's "
-        "life, for %%%%hvd --timeline (it costs about a quarter of training throughput); other pools need no flag",
-    )
+    @start_arguments
     def hvd_start(self, line: str) -> None:
         """Start an engine pool under MPI: one engine per rank, Horovod initialised, device pinned.
 
-        Each engine's namespace then holds hvd, torch, rank, size, local_rank and device.
+        Each engine's namespace then holds hvd, torch, rank, size, local_rank and device. Every option's default can
+        be set as c.HvdPool.<option> in jupyter_hvd_config.py, or with %config HvdPool.<option> = ...
         """
         args = _parse(self.hvd_start, line)
         if args is None:
@@ -146,40 +98,16 @@ class HvdMagics(Magics):
                 f"A pool of {existing.options.np} ranks is already running. "
                 "Use %hvd_restart to restart it, or %hvd_stop and then %hvd_start."
             )
-        if args.slurm and args.nodes < 1:
-            raise UsageError("--slurm needs the number of nodes: %hvd_start --slurm -N 2 --gpus-per-node 4")
         try:
-            np, hosts, note = slurm.choose_ranks(
-                args.np, args.hosts, args.hostfile, args.nodes if args.slurm else 0, args.gpus_per_node
+            options = options_from(args, self.shell)
+            options.np, options.hosts, note = slurm.choose_ranks(
+                options.np, options.hosts, options.hostfile, options.slurm_nodes, options.gpus_per_node
             )
-        except ValueError as exc:
+            options.validate()
+        except (ValueError, TraitError) as exc:
             raise UsageError(str(exc)) from None
         if note:
             print(note, flush=True)
-        options = pools.PoolOptions(
-            np=np,
-            hosts=hosts,
-            hostfile=args.hostfile,
-            ip=args.ip,
-            slurm_nodes=args.nodes if args.slurm else 0,
-            gpus_per_node=args.gpus_per_node,
-            partition=args.partition,
-            time_limit=args.time,
-            timeout=args.timeout,
-            env=dict(_env_pair(e) for e in args.env),
-            cycle_time_ms=args.cycle_time,
-            fusion_mb=args.fusion_mb,
-            ops=args.ops.lower(),
-            oversubscribe=args.oversubscribe,
-            cpu=args.cpu,
-            fail_timeout=args.fail_timeout,
-            timeline=args.timeline,
-            rest_after_s=args.rest_after,
-        )
-        try:
-            options.validate()
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
         if options.timeline and "HOROVOD_TIMELINE" not in options.horovod_env():
             print("--timeline is not needed: %%hvd --timeline works on this pool as it is (ignored).", flush=True)
         t0 = time.monotonic()
@@ -226,8 +154,10 @@ class HvdMagics(Magics):
         if args.log_lines < 1:
             raise UsageError("--log-lines must be at least 1")
         plots = [] if args.no_plot else [p.strip() for p in args.plot.split(",") if p.strip()]
-        live = view_for_cell(self.shell, len(pool.ranks), show, args.log_lines, plots, args.batch_size)
-        options = CellOptions(show_ranks=show, log_lines=args.log_lines, live=live)
+        view = view_for_cell(
+            self.shell, len(pool.ranks), show, args.log_lines, plots, args.batch_size, setting("live_view", self.shell)
+        )
+        options = CellOptions(show_ranks=show, log_lines=args.log_lines, view=view)
         if args.timeline is not None:
             return hvd_timeline.record(pool, args.timeline, lambda: run_cell(pool, source, options))
         return run_cell(pool, source, options)
@@ -324,11 +254,7 @@ class HvdMagics(Magics):
         if pool is None:
             raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
         t0 = time.monotonic()
-        if pool.stopped:  # a restart failed and stopped it: start it anew with the same options
-            pool = pools.Pool.start(pool.options)
-            pools.set_current(pool)
-        else:
-            pool.restart()
+        pool = restart.restart(pool)
         print(f"Pool restarted in {time.monotonic() - t0:.1f} s.")
         print(pool.table())
 
@@ -343,7 +269,6 @@ class HvdMagics(Magics):
             print("No jupyter-hvd pool is running.")
             return
         pool.stop()
-        pools.set_current(None)
         print("Pool stopped.")
 
 
@@ -351,5 +276,4 @@ def stop_at_exit() -> None:
     """Stop the pool when the kernel shuts down (a killed kernel is covered by the pool's reaper)."""
     pool = pools.current()
     if pool is not None:
-        pools.set_current(None)
         pool.stop()

@@ -1,8 +1,35 @@
-"""Rank sets as users write them (`all`, `0,2`, `1-3`) and as messages name them (`ranks 0-3`)."""
+"""The pool's ranks: what the kernel knows of each, rank sets as users write them (`all`, `0,2`, `1-3`), and as
+messages and tables show them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass
+class Rank:
+    """One worker of the pool, as `%hvd_start` reports it."""
+
+    rank: int
+    engine_id: int
+    host: str
+    pid: int
+    device: str
+    controller: str
+    tensor_ops: str
+    local_rank: int = 0
+    cross_rank: int = 0
+    state: str = "idle"
+
+
+def rank_table(ranks: list[Rank]) -> str:
+    """The ranks as a fixed-width text table."""
+    head = ("rank", "host", "pid", "device", "controller", "ops", "state")
+    rows = [(str(r.rank), r.host, str(r.pid), r.device, r.controller, r.tensor_ops, r.state) for r in ranks]
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head), *(fmt.format(*row) for row in rows)])
 
 
 def parse_ranks(spec: str, size: int) -> list[int]:

@@ -144,7 +144,7 @@ def allocation(env: dict[str, str] | None = None) -> Allocation | None:
 def check_options(options: Any) -> None:
     """Raise ValueError for --slurm options that cannot make a job."""
     if not options.slurm_nodes:
-        if options.gpus_per_node or options.partition or options.time_limit:
+        if options.gpus_per_node or options.partition or options.time:
             raise ValueError("--gpus-per-node, --partition and --time go with --slurm -N NODES")
         return
     if options.slurm_nodes < 1:
@@ -177,8 +177,8 @@ def batch_template(options: Any, mpi_cmd: list[str]) -> str:
         lines.append(f"#SBATCH --gpus-per-node={options.gpus_per_node}")
     if options.partition:
         lines.append(f"#SBATCH --partition={_braces(options.partition)}")
-    if options.time_limit:
-        lines.append(f"#SBATCH --time={_braces(options.time_limit)}")
+    if options.time:
+        lines.append(f"#SBATCH --time={_braces(options.time)}")
     lines.append(f"{_braces(shlex.join(mpi_cmd))} -n {{n}} {{program_and_args}}")
     return "\n".join(lines) + "\n"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+
+from .. import state
 
 RATIO = 1.3  # compute per step, against the median of the other ranks
 HOLD_S = 10.0  # how long a rank must stay that slow to be named (and the others even, to clear it)
@@ -27,12 +28,12 @@ class _Pace:
 
 @dataclass
 class StragglerDetector:
-    """Feed it each rank's pace with `add()`; `straggler` is None or {rank, ratio, message}."""
+    """Feed it each rank's pace with `add()`; `straggler` is the rank named, or None."""
 
     ratio: float = RATIO
     hold_s: float = HOLD_S
     paces: dict[int, _Pace] = field(default_factory=dict)
-    straggler: dict[str, Any] | None = None
+    straggler: state.Straggler | None = None
     _candidate: int | None = None
     _since: float | None = None  # when the current candidate (or, once named, the evenness) began
 
@@ -60,7 +61,7 @@ class StragglerDetector:
         if rank != self._candidate:
             self._candidate, self._since = rank, now
         held = self._since is not None and now - self._since >= self.hold_s
-        named = self.straggler["rank"] if self.straggler else None
+        named = self.straggler.rank if self.straggler else None
         if rank is not None and held and rank != named:
             self.straggler = _named(rank, found[1] if found else 0.0)
             return True
@@ -76,10 +77,6 @@ class StragglerDetector:
         return {r: {"compute_ms": p.compute_ms, "wait_ms": p.wait_ms} for r, p in self.paces.items()}
 
 
-def _named(rank: int, ratio: float) -> dict[str, Any]:
+def _named(rank: int, ratio: float) -> state.Straggler:
     shown = f"{ratio:.1f}x" if ratio != float("inf") else "far more than"
-    return {
-        "rank": rank,
-        "ratio": ratio,
-        "message": f"rank {rank} is the straggler: {shown} the others' compute per step",
-    }
+    return state.Straggler(rank, ratio, f"rank {rank} is the straggler: {shown} the others' compute per step")

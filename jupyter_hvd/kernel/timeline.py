@@ -17,7 +17,7 @@ from typing import Any
 import ipyparallel as ipp
 from IPython.core.error import UsageError
 
-from ..engine import timeline as engine_timeline
+from .. import wire
 from .pool import Pool
 
 TIMELINE_DIR = "hvd_timelines"  # beside the notebook (the kernel's working directory)
@@ -150,9 +150,9 @@ def trace_path(requested: str) -> str:
     return os.path.abspath(os.path.join(requested or TIMELINE_DIR, name))
 
 
-def _on_ranks(pool: Pool, fn: Callable[..., Any], *args: Any) -> list[Any]:
+def _on_ranks(pool: Pool, entry: str, *args: Any) -> list[Any]:
     assert pool.view is not None
-    return pool.view.apply_async(fn, *args).get(timeout=60)
+    return pool.view.apply_async(wire.call, entry, *args).get(timeout=60)
 
 
 # What keeps a pool from starting Horovod again (engine/idle.py), in the words of %hvd_start.
@@ -180,7 +180,7 @@ def refusal(pool: Pool) -> str | None:
 
 def _start(pool: Pool, path: str) -> None:
     try:
-        _on_ranks(pool, engine_timeline.start, path)
+        _on_ranks(pool, "timeline.start", path)
     except ipp.error.CompositeError as exc:
         ename, evalue = exc.elist[0][0], exc.elist[0][1]
         raise UsageError(f"Could not start Horovod's timeline on the ranks: {ename}: {evalue}") from None
@@ -193,7 +193,7 @@ def _read(pool: Pool, where: dict[str, Any]) -> str:
             return f.read()
     # Rank 0 runs on another host: fetch its file and keep a copy at the same path here.
     assert pool.client is not None
-    text = pool.client[pool.ranks[0].engine_id].apply_async(engine_timeline.read, path).get(timeout=60)
+    text = pool.client[pool.ranks[0].engine_id].apply_async(wire.call, "timeline.read", path).get(timeout=60)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
@@ -205,7 +205,7 @@ def _stop_and_show(pool: Pool, path: str, engines: list[int]) -> None:
         print(f"The pool was restarted during the cell, so its timeline was lost (partial trace: {path}).")
         return
     try:
-        rows = _on_ranks(pool, engine_timeline.stop, path)
+        rows = _on_ranks(pool, "timeline.stop", path)
     except Exception as exc:
         print(f"Could not stop Horovod's timeline ({type(exc).__name__}: {exc}); partial trace: {path}")
         return

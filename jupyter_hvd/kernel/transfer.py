@@ -1,10 +1,11 @@
 """`%hvd_push` and `%hvd_pull`: notebook values to every rank and back, by value, with every wait bounded.
 
-Runs in the user's kernel. Values are serialised by `engine/transfer.py` (cloudpickle, protocol 5 buffers) and cross
-ipyparallel as raw bytes and frames only: ipyparallel's IO thread never has to rebuild a user's class (a class it
-could not rebuild there left the pull waiting forever and wedged the kernel). Values are rebuilt here, on the
-kernel's main thread, where a failure becomes one clear line. Waits poll in short slices, so a Ctrl-C lands within
-a fraction of a second, and a rank that dies or is stopped is named at once; the pool's --timeout bounds the rest.
+Runs in the user's kernel. Values are serialised by the contract's `dumps` (jupyter_hvd/wire.py: cloudpickle,
+protocol 5 buffers) and cross ipyparallel as raw bytes and frames only: ipyparallel's IO thread never has to rebuild
+a user's class (a class it could not rebuild there left the pull waiting forever and wedged the kernel). Values are
+rebuilt here, on the kernel's main thread, where a failure becomes one clear line. Waits poll in short slices, so a
+Ctrl-C lands within a fraction of a second, and a rank that dies or is stopped is named at once; the pool's --timeout
+bounds the rest.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import ipyparallel as ipp
 
-from ..engine import transfer as wire
+from .. import wire
 from .pool import Pool
 from .ranks import format_ranks
 
@@ -67,8 +68,9 @@ def wait(pool: Pool, ar: ipp.AsyncResult, ranks: list[int], what: str, timeout: 
     deadline = time.monotonic() + timeout
     while True:
         try:
-            results = ar.get(timeout=SLICE_S)
-            return results if isinstance(results, list) and len(ranks) > 1 else [results]
+            # Every request goes through a view of a list of engines (pull's too: a list of one), whose results
+            # come as a list, one per engine, even for a single engine (a 1-rank pool's push).
+            return list(ar.get(timeout=SLICE_S))
         except TimeoutError:
             pass
         except ipp.error.CompositeError as exc:
@@ -130,7 +132,7 @@ def push(pool: Pool, values: dict[str, Any], timeout: float | None = None) -> in
     what = f"Pushing {', '.join(names)}"
     if total > ANNOUNCE_BYTES:
         print(f"pushing {', '.join(names)} to {len(ranks)} ranks: {size_text(total)} each...", flush=True)
-    ar = pool.view.apply_async(wire.receive, names, headers, counts, *buffers)
+    ar = pool.view.apply_async(wire.call, "transfer.receive", names, headers, counts, *buffers)
     try:
         outcomes = wait(pool, ar, ranks, what, pool.options.timeout if timeout is None else timeout)
     except KeyboardInterrupt:
@@ -156,11 +158,11 @@ def pull(pool: Pool, name: str, rank: int = 0, timeout: float | None = None) -> 
     """
     assert pool.client is not None
     limit = pool.options.timeout if timeout is None else timeout
-    engine = pool.client[pool.ranks[rank].engine_id]
+    engine = pool.client[[pool.ranks[rank].engine_id]]  # a list of one: results come as a list, as wait() expects
     where = f"rank {rank}"
     what = f"Pulling {name} from {where}"
     try:
-        info = wait(pool, engine.apply_async(wire.stage, name), [rank], what, limit)[0]
+        info = wait(pool, engine.apply_async(wire.call, "transfer.stage", name), [rank], what, limit)[0]
         if not info["ok"]:
             if info["ename"] == "NameError":
                 raise TransferError(f"{name} is not defined on {where}")
@@ -170,7 +172,7 @@ def pull(pool: Pool, name: str, rank: int = 0, timeout: float | None = None) -> 
             )
         if info["nbytes"] > ANNOUNCE_BYTES:
             print(f"pulling {name} from {where}: {size_text(info['nbytes'])}...", flush=True)
-        frames = wait(pool, engine.apply_async(wire.take), [rank], what, limit)[0]
+        frames = wait(pool, engine.apply_async(wire.call, "transfer.take"), [rank], what, limit)[0]
     except KeyboardInterrupt:
         raise TransferError(f"Interrupted: {name} was not pulled from {where}; the notebook is unchanged.") from None
     header, *buffers = frames

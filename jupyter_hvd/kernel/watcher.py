@@ -14,14 +14,12 @@ import shutil
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psutil
 
 from .. import state
-
-if TYPE_CHECKING:
-    from .pool import Pool
+from .ranks import Rank
 
 log = logging.getLogger("jupyter_hvd")
 PERIOD_S = 1.0
@@ -62,10 +60,34 @@ def gpu_memory_by_pid() -> dict[int, dict[str, float]]:
     return out
 
 
+class Watched(Protocol):
+    """What the watcher uses of a pool (kernel/pool.py)."""
+
+    id: str
+    ranks: list[Rank]
+    busy_cell: str | None
+    pending_action: str | None
+    lock: Any
+
+    def interrupt(self, ranks: list[int]) -> None: ...
+
+    def restart(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def note_problem(self, text: str) -> None: ...
+
+    def update_rank_stats(self, stats: dict[int, dict[str, Any]], publish: bool = True) -> None: ...
+
+    def rest_if_idle(self) -> bool: ...
+
+    def write_file(self) -> None: ...
+
+
 class PoolWatcher(threading.Thread):
     """Samples rank stats and takes sidebar actions for one pool, until `stop()`."""
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Watched) -> None:
         super().__init__(name=f"jupyter-hvd watcher {pool.id}", daemon=True)
         self.pool = pool
         self._stopped = threading.Event()
@@ -122,7 +144,7 @@ class PoolWatcher(threading.Thread):
                     return
             self.pool.update_rank_stats(self.sample(), publish=False)
             self.pool.rest_if_idle()
-        self.pool.write_state_file()
+        self.pool.write_file()
 
     def carry_out(self, action: str) -> None:
         pool = self.pool
@@ -151,12 +173,8 @@ class PoolWatcher(threading.Thread):
                     log.exception("jupyter-hvd: the restart asked for from the sidebar failed")
                     pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")
             elif action == "stop":
-                from . import pool as pools
-
                 self.stop()
                 pool.stop()
-                if pools.current() is pool:
-                    pools.set_current(None)
 
     def sample(self) -> dict[int, dict[str, Any]]:
         """CPU %, RSS and GPU memory of every local rank's process, keyed by rank."""

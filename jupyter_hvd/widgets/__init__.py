@@ -1,11 +1,33 @@
-"""Kernel-side views of a running `%%hvd` cell: the live training view (widget) and its plain-text twin."""
+"""Kernel-side views of a running `%%hvd` cell: the live training view (widget), its text twin, and plain text.
+
+The kernel talks to this room through `CellView` and `view_for_cell` only; nothing here imports the kernel's code.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Protocol
 
-LIVE_VIEW_ENV = "JUPYTER_HVD_LIVE_VIEW"  # widget | text | off; unset: decided from the front end
+VIEW_MODES = ("auto", "widget", "text", "off")  # auto: the widget where the front end draws widgets, else text
+
+
+class CellView(Protocol):
+    """What a running cell shows: the cell runner hands it output and metrics as they arrive, on the main thread."""
+
+    def output(self, rank: int, name: str, text: str) -> None:
+        """Text that `rank` wrote to stdout or stderr (`name`)."""
+
+    def metrics(self, rank: int, records: Any) -> None:
+        """A batch of `report()` records from `rank`."""
+
+    def straggler(self, message: str | None) -> None:
+        """The rank that sets the pace ("rank 1 is the straggler: ..."), or None once there is none."""
+
+    def tick(self) -> None:
+        """Called at least every quarter second while the cell runs."""
+
+    def close(self, ok: bool) -> None:
+        """The cell ended (ok: on every rank, without error or interrupt)."""
 
 
 def front_end_draws_widgets(shell: Any) -> bool:
@@ -21,13 +43,26 @@ def front_end_draws_widgets(shell: Any) -> bool:
     return bool(metadata.get("cellId") or os.environ.get("JPY_SESSION_NAME") or os.environ.get("VSCODE_PID"))
 
 
+def plain_view(show_ranks: list[int]) -> CellView:
+    """Output as plain text in the cell, rank 0 raw and other ranks' lines prefixed `[rank N]`."""
+    from .plain import PlainView
+
+    return PlainView(show_ranks)
+
+
 def view_for_cell(
-    shell: Any, ranks: int, show_ranks: list[int], log_lines: int, plots: list[str], batch_size: int | None
-) -> Any:
-    """The LiveSink for a `%%hvd` cell: the live widget, the text view with a final plot, or None (terminal)."""
-    mode = os.environ.get(LIVE_VIEW_ENV, "").strip().lower()
+    shell: Any,
+    ranks: int,
+    show_ranks: list[int],
+    log_lines: int,
+    plots: list[str],
+    batch_size: int | None,
+    mode: str = "auto",
+) -> CellView:
+    """The view of a `%%hvd` cell: the live widget, the text view with a final plot, or plain text (a terminal, or
+    `mode` "off")."""
     if mode == "off" or getattr(shell, "kernel", None) is None:
-        return None  # a terminal IPython: plain text, as the cell runner writes it
+        return plain_view(show_ranks)
     if mode == "widget" or (mode != "text" and front_end_draws_widgets(shell)):
         try:
             from .live_view import LiveView

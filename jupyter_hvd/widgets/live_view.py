@@ -49,7 +49,7 @@ class TrainingView(anywidget.AnyWidget):
 
 
 class LiveView:
-    """Shows one `%%hvd` cell while it runs; implements the cell runner's LiveSink."""
+    """Shows one `%%hvd` cell while it runs; a CellView."""
 
     def __init__(
         self,
@@ -90,7 +90,7 @@ class LiveView:
         self._thread = threading.Thread(target=self._flush_loop, name="jupyter-hvd-live-view", daemon=True)
         self._thread.start()
 
-    # ---- LiveSink ------------------------------------------------------------------------------------------
+    # ---- CellView ------------------------------------------------------------------------------------------
 
     def output(self, rank: int, name: str, text: str) -> None:
         """Output text of a shown rank: into the log; rank 0's finished lines are also read for metrics."""

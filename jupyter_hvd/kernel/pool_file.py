@@ -1,0 +1,106 @@
+"""What goes into a pool's file (jupyter_hvd/state.py): the pool as the sidebar and the reaper see it.
+
+Runs in the user's kernel. The cell runner and the watcher hand in per-rank measurements as they come; the file is
+written by the watcher thread (`publish`), so a cell never waits for file IO, and at once (`write`) when the
+processes change, since the reaper kills what the file names.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any, Protocol
+
+from .. import state
+from .ranks import Rank
+
+
+class PoolView(Protocol):
+    """What the writer reads of a pool (kernel/pool.py)."""
+
+    id: str
+    started_at: float
+    state: str
+    busy_cell: str | None
+    ranks: list[Rank]
+
+    @property
+    def options_dict(self) -> dict[str, Any]: ...
+
+    @property
+    def np(self) -> int: ...
+
+    def channel_problems(self) -> list[str]: ...
+
+
+class PoolFile:
+    """The pool file of one pool and the measurements only it keeps (step, loss, load per rank; NaN and straggler
+    notes; failed threads)."""
+
+    def __init__(self, pool_id: str) -> None:
+        self.path = state.pool_file(pool_id)
+        self.rank_stats: dict[int, dict[str, Any]] = {}
+        self.kernel_problems: list[str] = []
+        self.nonfinite: state.Nonfinite | None = None  # where a metric of the running or last cell became NaN/Inf
+        self.straggler: state.Straggler | None = None  # the rank that set the pace of the running or last cell
+        self.processes: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._identity = state.kernel_identity()
+        self.poke: Callable[[], None] | None = None  # the watcher's: write soon, from its thread
+
+    def update_ranks(self, stats: dict[int, dict[str, Any]]) -> None:
+        """Merge per-rank measurements (fields of state.RankRecord)."""
+        for rank, values in stats.items():
+            self.rank_stats.setdefault(rank, {}).update(values)
+
+    def end_of_cell(self) -> None:
+        """A stall ends with its cell."""
+        for stats in self.rank_stats.values():
+            if stats.get("state") == "stalled":
+                del stats["state"]
+            stats.pop("stalled_on", None)
+
+    def note_problem(self, text: str) -> bool:
+        """Keep what failed in the kernel (newest first, 20 at most); False when it was the last one noted."""
+        if self.kernel_problems[:1] == [text[:2000]]:
+            return False
+        self.kernel_problems = [text[:2000], *self.kernel_problems][:20]
+        return True
+
+    def problems(self, pool: PoolView) -> list[str]:
+        """What failed in jupyter-hvd's own threads or in users' threads, newest first (kernel's, then ranks')."""
+        return [*self.kernel_problems, *pool.channel_problems()]
+
+    def write(self, pool: PoolView) -> None:
+        """Write the file as the pool is now."""
+        with self._lock:
+            ranks = [state.RankRecord(**{**asdict(r), **self.rank_stats.get(r.rank, {})}) for r in pool.ranks]
+            record = state.PoolRecord(
+                id=pool.id,
+                state=pool.state,
+                np=pool.np,
+                options=pool.options_dict,
+                started=pool.started_at,
+                backend=pool.ranks[0].tensor_ops if pool.ranks else "",
+                hosts=sorted({r.host for r in pool.ranks}),
+                ranks=ranks,
+                processes=[state.ProcessEntry(**p) for p in self.processes],
+                cell=pool.busy_cell,
+                problems=self.problems(pool),
+                nonfinite=self.nonfinite,
+                straggler=self.straggler,
+                **self._identity,
+            )
+            state.write_pool(self.path, record)
+
+    def publish(self, pool: PoolView) -> None:
+        """Have the file rewritten soon (by the watcher's thread, within milliseconds), or now without a watcher."""
+        if self.poke is not None:
+            self.poke()
+        else:
+            self.write(pool)
+
+    def remove(self) -> None:
+        """The pool stopped: its file goes."""
+        state.remove(self.path)
