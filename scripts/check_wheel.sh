@@ -52,7 +52,7 @@ echo "== the sidebar loads in headless Chromium from the wheel's files"
 PORT="$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 TOKEN="$(python -c 'import secrets; print(secrets.token_hex(16))')"
 mkdir -p "$WORK/root"
-JUPYTER_HVD_STATE_DIR="$WORK/hvd-state" jupyter lab --no-browser --allow-root --ServerApp.ip=127.0.0.1 \
+JUPYTER_RUNTIME_DIR="$WORK/runtime" jupyter lab --no-browser --allow-root --ServerApp.ip=127.0.0.1 \
   --ServerApp.port="$PORT" --IdentityProvider.token="$TOKEN" --ServerApp.root_dir="$WORK/root" \
   > "$WORK/lab.log" 2>&1 &
 LAB=$!

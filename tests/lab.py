@@ -87,9 +87,9 @@ def jupyterlab(
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, root / notebook)
     token, port = secrets.token_hex(16), free_port()
-    state_dir = str(tmp_path / "hvd-state")
-    full_env = {**os.environ, "JUPYTER_HVD_STATE_DIR": state_dir, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
-    full_env.pop("JUPYTER_HVD_LIVE_VIEW", None)  # the front end decides: JupyterLab and Notebook 7 send cell ids
+    runtime = str(tmp_path / "runtime")  # the server's and its kernels' own: their pool files go to jupyter-hvd/ in it
+    state_dir = str(Path(runtime) / "jupyter-hvd")
+    full_env = {**os.environ, "JUPYTER_RUNTIME_DIR": runtime}
     full_env.update(env or {})
     settings = "LabApp" if app == "lab" else "JupyterNotebookApp"  # whose settings and workspaces are private
     cmd = [
@@ -136,7 +136,7 @@ def jupyterlab(
             leftovers = []
             for p in psutil.process_iter():
                 try:
-                    if p.environ().get("JUPYTER_HVD_STATE_DIR") == state_dir and p.status() != psutil.STATUS_ZOMBIE:
+                    if p.environ().get("JUPYTER_RUNTIME_DIR") == runtime and p.status() != psutil.STATUS_ZOMBIE:
                         leftovers.append(p)
                 except psutil.Error:
                     continue

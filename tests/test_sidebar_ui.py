@@ -127,7 +127,7 @@ def eight_rank_pool(state_dir: Path) -> dict[str, object]:
         "processes": [],
     }
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    state.write_pool(state_dir / f"pool-{data['id']}.json", data)
+    state.write_json(state_dir / f"pool-{data['id']}.json", data)
     return data
 
 

@@ -99,3 +99,25 @@ def test_python_and_js_smooth_alike(js: dict, name: str) -> None:
     for how in ("whole", "incremental"):
         bad = _differences(python, js[how][name])
         assert not bad, f"{name!r}, JS {how}: " + "; ".join(bad[:5])
+
+
+def test_the_saved_plot_smooths_every_point_before_it_thins_them() -> None:
+    """More points than the static SVG draws: its smoothed curve is the live one's at the points it keeps."""
+    import re
+
+    from jupyter_hvd.widgets.curves import Curve
+
+    rng = random.Random(7)
+    ys = [3.0 * math.exp(-i / 400) + rng.gauss(0, 0.3) for i in range(2000)]
+    curve = Curve("loss", "report", xs=[float(i) for i in range(2000)], ys=ys)
+    svg = static_plot.curves_svg([curve], "loss")
+    assert svg is not None
+    raw, smoothed = re.findall(r'points="([^"]*)"', svg)
+    kept = [int(round(float(p.split(",")[0]))) for p in raw.split()]  # pixel x: only the order matters here
+    ys_px = [float(p.split(",")[1]) for p in smoothed.split()]
+    whole = static_plot.smooth(ys)
+    xs, _ = static_plot._thin(curve.xs, whole)
+    lo, hi = min(ys), max(ys)
+    expected = [static_plot.HEIGHT - 24 - (whole[int(x)] - lo) / (hi - lo) * (static_plot.HEIGHT - 46) for x in xs]
+    assert len(kept) == len(ys_px) == len(expected)
+    assert max(abs(a - b) for a, b in zip(ys_px, expected, strict=True)) < 0.06  # SVG keeps one decimal

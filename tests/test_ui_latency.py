@@ -21,9 +21,9 @@ for i in range(40):
 """
 CELLS = [
     "%load_ext jupyter_hvd\n%hvd_start -np 2",
-    "import os; os.environ['JUPYTER_HVD_LIVE_VIEW'] = 'text'",
+    "%config HvdPool.live_view = 'text'",
     TICKER,
-    "os.environ['JUPYTER_HVD_LIVE_VIEW'] = 'widget'",
+    "%config HvdPool.live_view = 'widget'",
     TICKER,
     "%hvd_stop",
 ]

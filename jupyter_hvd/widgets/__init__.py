@@ -68,6 +68,8 @@ def view_for_cell(
             from .live_view import LiveView
         except ImportError as exc:  # anywidget missing: text output still works
             print(f"jupyter-hvd: no live view ({exc}); `pip install anywidget` for it.", flush=True)
+        except OSError as exc:  # a checkout whose front end was never built
+            print(f"jupyter-hvd: no live view ({exc}); build it with `npm ci && npm run build`.", flush=True)
         else:
             return LiveView(ranks, show_ranks, log_lines, plots, batch_size)
     from .text_view import TextView

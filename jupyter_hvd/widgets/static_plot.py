@@ -75,8 +75,10 @@ def curves_svg(curves: list[Curve], title: str) -> str | None:
     ]
     for i, curve in enumerate(curves):
         colour = COLOURS[i % len(COLOURS)]
+        # Smoothed over every point, then thinned: the saved copy's smoothed curve is the live view's.
         xs, ys = _thin(curve.xs, curve.ys)
-        for values, opacity, width in ((ys, 0.3, 1), (smooth(ys), 1.0, 1.6)):
+        _, smoothed = _thin(curve.xs, smooth(curve.ys))
+        for values, opacity, width in ((ys, 0.3, 1), (smoothed, 1.0, 1.6)):
             coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in zip(xs, values, strict=True) if math.isfinite(y))
             parts.append(
                 f'<polyline class="curve" data-metric="{html.escape(curve.name)}" points="{coords}" fill="none" '
