@@ -140,6 +140,14 @@ def pool_file(pool_id: str) -> Path:
     return state_dir() / f"pool-{pool_id}.json"
 
 
+def pool_directory(pool_id: str) -> Path:
+    """The private directory of pool `pool_id` (mode 0700): what only the pool's kernel and engines may read or
+    write (snapshots of kept names). Created here; the pool removes it when it stops."""
+    d = state_dir() / pool_id
+    d.mkdir(mode=0o700, exist_ok=True)
+    return d
+
+
 def write_pool(path: Path, record: PoolRecord) -> None:
     """Write a pool's state atomically (readers never see half a file), mode 0600."""
     record.updated = time.time()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -19,7 +20,7 @@ from typing import Any
 
 import ipyparallel as ipp
 
-from .. import wire
+from .. import state, wire
 from .channel import CellChannel, ChannelError
 from .errors import PoolError, group_errors
 from .launcher import Launcher, visible_gpus
@@ -63,6 +64,7 @@ class Pool:
         self.view: ipp.DirectView | None = None
         self.channel: CellChannel | None = None  # cells, joins and rests go to the ranks this way (kernel/channel.py)
         self.file = PoolFile(self.id)
+        self.directory = state.pool_directory(self.id)  # private to the pool (0700); removed when it stops
         self.launcher = Launcher(self.id, options, self.file.path, self._record_processes)
         self.state = "starting"  # idle | running | restarting | stopping (state.PoolRecord.state)
         self.busy_cell: str | None = None
@@ -247,6 +249,7 @@ class Pool:
             self.channel.close()
             self.channel = None
         self.file.remove()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
     # ---- ranks ---------------------------------------------------------------------------------------------
 
