@@ -216,6 +216,7 @@ class Committed:
     seconds: float  # to write it, in the background
     at: float  # epoch s
     mid_cell: bool  # taken by jupyter_hvd.commit() inside the cell
+    copy_seconds: float = 0.0  # what the training thread waited: the copy of what the names hold
 
 
 Event = Hello | Output | Metrics | Display | CellEnded | Waiting | Problem | Joined | Rested | Pong | Committed

@@ -77,14 +77,16 @@ def snapshot(count: int | None, only_if_changed: bool, mid_cell: bool = False) -
         _save_random_state(rank, _seq)
         if rank != 0:
             return
+        t0 = time.perf_counter()
         entries, skipped = _copy(_names)
+        copied = time.perf_counter() - t0
     except MemoryError as exc:
         outbox.problem(
             f"the snapshot of {', '.join(_names)} does not fit in memory ({exc}): training goes on; "
             "the last snapshot stays the one to restore"
         )
         return
-    meta = {"seq": _seq, "cell": count, "at": time.time(), "skipped": skipped, "mid_cell": mid_cell}
+    meta = {"seq": _seq, "cell": count, "at": time.time(), "skipped": skipped, "mid_cell": mid_cell, "copied": copied}
     _start_writer()
     with _state:
         try:
@@ -199,7 +201,18 @@ def _write_loop() -> None:
         kinds = {name: kind for name, (kind, _, _) in entries.items()}
         seconds = time.perf_counter() - t0
         outbox.send(
-            wire.Committed(0, meta["cell"], seq, kinds, meta["skipped"], nbytes, seconds, meta["at"], meta["mid_cell"])
+            wire.Committed(
+                0,
+                meta["cell"],
+                seq,
+                kinds,
+                meta["skipped"],
+                nbytes,
+                seconds,
+                meta["at"],
+                meta["mid_cell"],
+                meta["copied"],
+            )
         )
 
 

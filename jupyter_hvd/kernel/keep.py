@@ -36,6 +36,7 @@ class Snapshot:
     seconds: float
     at: float  # epoch s
     mid_cell: bool = False  # taken by jupyter_hvd.commit() inside the cell
+    copy_seconds: float = 0.0  # what the training thread waited for it
 
 
 @dataclass
@@ -94,6 +95,7 @@ class Keeper:
                 committed.seconds,
                 committed.at,
                 committed.mid_cell,
+                committed.copy_seconds,
             )
 
     def listing(self) -> str:
@@ -107,7 +109,10 @@ class Keeper:
         else:
             held = ", ".join(f"{n} ({k})" for n, k in snap.kinds.items()) or "nothing"
             when = f"{origin(snap.cell, snap.mid_cell)}, {age_text(snap.at)} ago"
-            lines.append(f"Last snapshot: {held}, {when}, {size_text(snap.nbytes)} written in {snap.seconds:.2f} s.")
+            lines.append(
+                f"Last snapshot: {held}, {when}, {size_text(snap.nbytes)} (training waited {snap.copy_seconds:.2f} s "
+                f"for the copy; written in the background in {snap.seconds:.2f} s)."
+            )
             for name, why in snap.skipped.items():
                 lines.append(f"  {name}: not in it ({why})")
         return "\n".join(lines)
