@@ -28,6 +28,7 @@ from .. import wire
 from . import outbox
 
 SNAPSHOT = "snapshot.bin"
+RANDOM_KEPT = 16  # random generator files kept per rank (one per snapshot taken)
 
 _names: list[str] = []  # what the kernel asked to keep
 _directory: Path | None = None  # the pool's private directory
@@ -84,6 +85,12 @@ def snapshot(count: int | None, only_if_changed: bool, mid_cell: bool = False) -
         outbox.problem(
             f"the snapshot of {', '.join(_names)} does not fit in memory ({exc}): training goes on; "
             "the last snapshot stays the one to restore"
+        )
+        return
+    except OSError as exc:  # the random generators' file: a full disk must not end the cell that commits
+        outbox.problem(
+            f"snapshot {_seq} could not be written ({exc.strerror or exc}): training goes on; the last snapshot "
+            "stays the one to restore"
         )
         return
     meta = {"seq": _seq, "cell": count, "at": time.time(), "skipped": skipped, "mid_cell": mid_cell, "copied": copied}
@@ -292,7 +299,10 @@ def _save_random_state(rank: int, seq: int) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:
         pickle.dump(state, f)
-    os.replace(tmp, _directory / f"random-{rank}.pkl")
+    # One file per snapshot: rank 0 writes its snapshot in the background, so the newest one on disk may be an
+    # earlier one than this; its generators must still be found. A few are kept.
+    os.replace(tmp, _directory / f"random-{rank}-{seq}.pkl")
+    (_directory / f"random-{rank}-{seq - RANDOM_KEPT}.pkl").unlink(missing_ok=True)
 
 
 def _load_random_state(rank: int, seq: int) -> bool:
@@ -300,7 +310,7 @@ def _load_random_state(rank: int, seq: int) -> bool:
 
     assert _directory is not None
     try:
-        with open(_directory / f"random-{rank}.pkl", "rb") as f:
+        with open(_directory / f"random-{rank}-{seq}.pkl", "rb") as f:
             state = pickle.load(f)
     except (OSError, pickle.UnpicklingError):
         return False

@@ -111,6 +111,10 @@ class CellRun:
         channel.drain()
         if channel.committed is not None:  # a snapshot written since the last cell
             self.pool.keeper.note(channel.committed)
+        # What failed on the ranks between cells (a snapshot that could not be written, a user's thread) is said here.
+        new = list(itertools.takewhile(lambda p: p is not self.pool.newest_problem_shown, channel.problems))
+        for rank, text in reversed(new):
+            print(f"jupyter-hvd: rank {rank}: {text}", file=sys.stderr, flush=True)
         for r in self.pool.ranks:
             self.runs[r.rank] = _RankRun(r.rank)
         try:
@@ -139,6 +143,8 @@ class CellRun:
                 self.view.close(self.reason is None and self.lost is None)
                 self.pool.cells_run += 1
                 self.pool.file.end_of_cell()
+                if self.pool.channel is not None and self.pool.channel.problems:
+                    self.pool.newest_problem_shown = self.pool.channel.problems[0]  # said under this cell
                 if self.pool.client is not None and self.pool.ranks:
                     self.pool.update_rank_stats(
                         {r: {"last_line": ln} for r, ln in self.last_lines.items()}, publish=False
@@ -217,6 +223,9 @@ class CellRun:
         self.view.tick()
 
     def _handle(self, ev: wire.Event) -> None:
+        if isinstance(ev, wire.Problem):  # whichever cell it came from (or none): said now, under this one
+            print(f"jupyter-hvd: rank {ev.rank}: {ev.text}", file=sys.stderr, flush=True)
+            return
         run = self.runs.get(ev.rank)
         if getattr(ev, "cell", None) != self.number or run is None:
             return  # a late event of an earlier cell, or of an engine that is no longer in the pool
@@ -240,8 +249,6 @@ class CellRun:
         elif isinstance(ev, wire.Waiting):
             run.waiting = ev.wait
             run.waiting_since = time.monotonic() - ev.wait["waited"] if ev.wait else None
-        elif isinstance(ev, wire.Problem):
-            print(f"jupyter-hvd: rank {ev.rank}: {ev.text}", file=sys.stderr, flush=True)
         elif isinstance(ev, wire.Joined):
             run.joined = True
             if not ev.ok or ev.in_flight:

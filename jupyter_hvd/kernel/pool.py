@@ -81,6 +81,7 @@ class Pool:
         # After fresh engines started: replay the journal and restore kept names (kernel/restart.py sets it).
         self.bring_back: Callable[[Pool], str] | None = None
         self._bringing_back = False
+        self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
     # ---- what the pool file shows (kernel/pool_file.py reads these) ----------------------------------------
 
@@ -246,6 +247,7 @@ class Pool:
             return self.bring_back(self)
         finally:
             self._bringing_back = False
+        self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
     def stop(self) -> None:
         """Stop engines and controller, leave no process behind; the kernel has no pool any more."""
