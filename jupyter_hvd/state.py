@@ -140,6 +140,14 @@ def pool_file(pool_id: str) -> Path:
     return state_dir() / f"pool-{pool_id}.json"
 
 
+def pool_directory(pool_id: str) -> Path:
+    """The private directory of pool `pool_id` (mode 0700): what only the pool's kernel and engines may read or
+    write (snapshots of kept names). Created here; the pool removes it when it stops."""
+    d = state_dir() / pool_id
+    d.mkdir(mode=0o700, exist_ok=True)
+    return d
+
+
 def write_pool(path: Path, record: PoolRecord) -> None:
     """Write a pool's state atomically (readers never see half a file), mode 0600."""
     record.updated = time.time()
@@ -266,17 +274,34 @@ def recorded_processes(data: dict[str, Any]) -> list[psutil.Process]:
 
 
 def kill_processes(procs: Iterable[psutil.Process], grace: float = 2.0) -> None:
-    """SIGTERM, then SIGKILL whatever is still alive after `grace` seconds."""
+    """SIGTERM, then SIGKILL whatever is still alive after `grace` seconds (grace 0: SIGKILL at once)."""
     procs = list({p.pid: p for p in procs}.values())
     for p in procs:
         try:
-            p.terminate()
+            p.terminate() if grace > 0 else p.kill()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=grace)
+    alive = _wait_gone(procs, grace)
     for p in alive:
         try:
             p.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=grace)
+    _wait_gone(alive, max(grace, 1.0))
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """The processes still running after up to `timeout` seconds. A zombie counts as gone: it runs nothing, and its
+    parent reaps it (psutil.wait_procs waited out its whole timeout for such processes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = []
+        for p in procs:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.Error:
+                continue
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.01)

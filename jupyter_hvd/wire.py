@@ -40,6 +40,7 @@ class RunCell:
     filename: str
     show: bool
     max_lines: int
+    count: int | None = None  # the notebook's execution count, as in [7] (snapshots taken in this cell say it)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,24 @@ class Ping:
     n: int
 
 
-Request = RunCell | Join | Rest | Ping
+@dataclass(frozen=True)
+class Keep:
+    """Keep these names of the ranks' namespaces (engine/keep.py), with snapshots in `directory`; `seq`: the number of
+    the snapshot the ranks now hold (after a restore), None to keep counting."""
+
+    names: list[str]
+    directory: str
+    seq: int | None = None
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Snapshot the kept names now where they changed since the last snapshot (the end of a successful cell)."""
+
+    count: int | None
+
+
+Request = RunCell | Join | Rest | Ping | Keep | Commit
 
 # ---- messages: a rank -> the kernel (events) ---------------------------------------------------------------
 
@@ -185,7 +203,23 @@ class Pong:
     n: int
 
 
-Event = Hello | Output | Metrics | Display | CellEnded | Waiting | Problem | Joined | Rested | Pong
+@dataclass(frozen=True)
+class Committed:
+    """Rank 0 wrote snapshot `seq` of the kept names (name -> module | optimizer | value)."""
+
+    rank: int
+    count: int | None  # the execution count of the cell it was taken in (or at the end of)
+    seq: int
+    kinds: dict[str, str]
+    skipped: dict[str, str]  # kept names left out, and why
+    nbytes: int
+    seconds: float  # to write it, in the background
+    at: float  # epoch s
+    mid_cell: bool  # taken by jupyter_hvd.commit() inside the cell
+    copy_seconds: float = 0.0  # what the training thread waited: the copy of what the names hold
+
+
+Event = Hello | Output | Metrics | Display | CellEnded | Waiting | Problem | Joined | Rested | Pong | Committed
 
 # ---- signing -----------------------------------------------------------------------------------------------
 

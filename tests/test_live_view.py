@@ -109,11 +109,11 @@ def test_updates_are_coalesced_and_carry_every_point_and_line_once(capsys: pytes
 
 
 def test_report_batches_records_off_the_training_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_hvd.engine import channel
+    from jupyter_hvd.engine import outbox
     from jupyter_hvd.engine import report as engine_report
 
     published: list[list[dict[str, Any]]] = []
-    monkeypatch.setattr(channel, "send_metrics", published.append)
+    monkeypatch.setattr(outbox, "send_metrics", published.append)
     t0 = time.monotonic()
     for step in range(300):
         engine_report.report(step=step, loss=1.0 / (step + 1), samples=4, acc=0.5)
@@ -395,11 +395,11 @@ def test_a_cuda_loss_is_read_on_the_publishing_thread(monkeypatch: pytest.Monkey
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU here")
-    from jupyter_hvd.engine import channel
+    from jupyter_hvd.engine import outbox
     from jupyter_hvd.engine import report as engine_report
 
     published: list[Any] = []
-    monkeypatch.setattr(channel, "send_metrics", published.append)
+    monkeypatch.setattr(outbox, "send_metrics", published.append)
     loss = torch.tensor(0.25, device="cuda")
     engine_report.report(step=0, loss=loss)
     assert engine_report._pending[-1]["m"]["loss"].is_cuda  # not synchronised in the training step

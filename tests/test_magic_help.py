@@ -12,7 +12,17 @@ from conftest import Kernel
 from jupyter_hvd.kernel.magics import HvdMagics, options_table
 from jupyter_hvd.kernel.options import config_table
 
-MAGICS = ["hvd_start", "hvd_push", "hvd_pull", "hvd_status", "hvd_restart", "hvd_stop"]
+MAGICS = [
+    "hvd_start",
+    "hvd_push",
+    "hvd_pull",
+    "hvd_status",
+    "hvd_restart",
+    "hvd_stop",
+    "hvd_keep",
+    "hvd_setup",
+    "hvd_export",
+]
 
 
 @pytest.fixture(scope="module")

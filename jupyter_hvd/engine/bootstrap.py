@@ -20,41 +20,27 @@ def start(env: dict[str, str], device: str, channel_info: dict[str, Any]) -> dic
     Returns this rank's row of the pool table.
     """
     os.environ.update(env)
-    # mpi4py initialises MPI (thread level MULTIPLE) before Horovod, so Horovod leaves MPI's lifetime to it.
-    import horovod.torch as hvd
-    import torch
-    from mpi4py import MPI  # noqa: F401
-
-    if not hvd.is_initialized():
-        hvd.init()
     from .. import compat
-    from . import collectives, guards
+    from . import collectives, guards, pace
+    from .prelude import prelude
 
+    names = prelude(device)  # what an exported script runs too (%hvd_export)
+    hvd, torch, dev = names["hvd"], names["torch"], names["device"]
     guards.install()  # hvd.init() pasted into a cell, or a cell that wraps an optimizer run twice, must be harmless
     collectives.install()  # which collective a rank waits in, for the kernel's mismatch check
-    from . import pace
-
     pace.install()  # compute and wait per training step, for the kernel's straggler check (after collectives)
-    local_rank, local_size = hvd.local_rank(), hvd.local_size()
-
-    if device == "auto" and torch.cuda.is_available():
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
-        dev = torch.device("cuda", torch.cuda.current_device())
+    if dev.type == "cuda":
         dev_name = f"cuda:{dev.index} {torch.cuda.get_device_name(dev)}"
         tensor_ops = "NCCL" if hvd.nccl_built() else "MPI"
     else:
-        # N ranks on one host share its cores: one rank's intra-op threads must not starve the others.
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        threads = max(1, cores // local_size)
-        torch.set_num_threads(threads)
-        dev = torch.device("cpu")
+        threads = torch.get_num_threads()
         dev_name = f"cpu ({threads} thread{'s' if threads > 1 else ''})"
         tensor_ops = "Gloo" if os.environ.get("HOROVOD_CPU_OPERATIONS", "").lower() == "gloo" else "MPI"
 
     from IPython import get_ipython
 
     shell = get_ipython()
-    shell.user_ns.update(hvd=hvd, torch=torch, rank=hvd.rank(), size=hvd.size(), local_rank=local_rank, device=dev)
+    shell.user_ns.update(names)
     # IPython's exit()/quit() would end the engine after the cell, while the cell reports success: raise instead.
     shell.user_ns.update(exit=_Exit("exit"), quit=_Exit("quit"))
     from . import channel
@@ -63,7 +49,7 @@ def start(env: dict[str, str], device: str, channel_info: dict[str, Any]) -> dic
     return {
         "rank": hvd.rank(),
         "size": hvd.size(),
-        "local_rank": local_rank,
+        "local_rank": hvd.local_rank(),
         "cross_rank": hvd.cross_rank(),
         "host": socket.gethostname(),
         "pid": os.getpid(),

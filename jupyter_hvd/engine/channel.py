@@ -27,10 +27,11 @@ from .. import compat, wire
 from ..wire import (
     CellEnded,
     CellRecord,
+    Commit,
     Display,
     Join,
     Joined,
-    Metrics,
+    Keep,
     Output,
     Ping,
     Pong,
@@ -40,11 +41,10 @@ from ..wire import (
     RunCell,
     Waiting,
 )
-from . import collectives, idle, runner
+from . import collectives, idle, keep, outbox, runner
 
 # Output after a quiet spell leaves at once (leading edge); under load one message per stream per FLUSH_S at most.
 FLUSH_S = 0.02
-_channel: Channel | None = None
 
 
 class Channel:
@@ -54,6 +54,7 @@ class Channel:
         self.key = bytes.fromhex(info["key"])
         self.rank = rank
         self.cell: int | None = None  # the cell running now, if one is
+        self.count: int | None = None  # its execution count in the notebook
         ctx = zmq.Context.instance()
         self._requests = ctx.socket(zmq.DEALER)
         self._requests.setsockopt(zmq.IDENTITY, wire.identity(info["generation"], rank))
@@ -98,11 +99,19 @@ class Channel:
                 self.problem(f"Horovod's idle rest failed: {error['ename']}: {error['evalue']}")
             self.send(Rested(self.rank, bool(result.get("resting")), result.get("busy", ""), error))
         elif isinstance(message, Ping):  # the kernel waits until the requests before this one were handled
+            keep.wait_written(30.0)  # a snapshot taken before counts as handled once it is written
             self.send(Pong(self.rank, message.n))
+        elif isinstance(message, Keep):
+            keep.configure(message.names, message.directory, message.seq)
+        elif isinstance(message, Commit):  # the end of a successful cell
+            failed = _interruptible(keep.snapshot, message.count, True)
+            if isinstance(failed, dict) and failed.get("error"):
+                self.problem(f"the snapshot of the kept names failed: {failed['error']['evalue']}")
         # anything else is not from this pool's kernel (unsigned, or of another version): dropped
 
     def _run_cell(self, request: RunCell) -> None:
         self.cell = request.cell
+        self.count = request.count
         out = _CellText(self, "stdout")
         err = _CellText(self, "stderr")
         record = _interruptible(
@@ -273,14 +282,7 @@ def _interruptible(fn: Any, *args: Any) -> Any:
 
 def connect(info: dict[str, Any], rank: int) -> None:
     """Open this engine's end of the cell channel and start handling requests (called by the bootstrap)."""
-    global _channel
-    if _channel is not None:
+    if outbox.channel is not None:
         return
-    _channel = Channel(info, rank)
-    _channel.listen()
-
-
-def send_metrics(batch: list[dict[str, Any]]) -> None:
-    """Send `report()` records to the kernel, tagged with the running cell (dropped where no channel is open)."""
-    if _channel is not None:
-        _channel.send(Metrics(_channel.rank, _channel.cell, batch))
+    outbox.channel = Channel(info, rank)
+    outbox.channel.listen()

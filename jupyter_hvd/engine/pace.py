@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import compat
-from . import channel
+from . import outbox
 
 SEND_EVERY_S = 0.5  # means over this much training go to the kernel
 
@@ -101,8 +101,7 @@ def _step(start: float, end: float) -> None:
 
 
 def _running_cell() -> Any:
-    ch = channel._channel  # the engine's one channel; None outside a pool (then nothing is measured)
-    return ch.cell if ch is not None else None
+    return outbox.running_cell()  # None outside a pool: then nothing is measured
 
 
 def _send(summary: dict[str, Any]) -> None:

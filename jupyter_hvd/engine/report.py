@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any
 
+from . import outbox
+
 PUBLISH_HZ = 20.0
 
 _pending: list[dict[str, Any]] = []
@@ -112,9 +114,7 @@ def _publish() -> int:
         for name, value in record["m"].items():
             if not isinstance(value, float):
                 record["m"][name] = float(value.item())
-    from . import channel
-
-    channel.send_metrics(batch)
+    outbox.send_metrics(batch)
     return len(batch)
 
 
@@ -143,12 +143,11 @@ def _start_publisher() -> None:
 
 def _dropped(exc: BaseException) -> None:
     """Tell the kernel (once per kind of failure) that report() records were dropped, and why."""
-    from . import channel
 
     key = f"{type(exc).__name__}: {exc}"
-    if key not in _told and channel._channel is not None:
+    if key not in _told and outbox.channel is not None:
         _told.add(key)
-        channel._channel.problem(f"report() records were dropped: {key}")
+        outbox.problem(f"report() records were dropped: {key}")
 
 
 _told: set[str] = set()

@@ -29,9 +29,9 @@ from ..metrics import parse_line
 from ..widgets import CellView, plain_view
 from .channel import ChannelError
 from .errors import CellFailed, group_errors
+from .keep import Cell
 from .pool import Pool
 from .ranks import format_ranks
-from .restart import recover
 from .straggler import StragglerDetector
 
 GRACE_S = 1.0  # after a first error, how long other ranks may take to end (or raise the same error) by themselves
@@ -52,11 +52,16 @@ _cell_numbers = itertools.count(1)
 
 @dataclass
 class CellOptions:
-    """How `%%hvd` shows a cell: whose output, how much of it, and where."""
+    """How `%%hvd` shows a cell (whose output, how much of it, where) and what it is in the notebook."""
 
     show_ranks: list[int] = field(default_factory=lambda: [0])
     log_lines: int = 10_000
     view: CellView | None = None  # None: plain text
+    count: int | None = None  # the notebook's execution count, as in [7]
+    cell_id: str = ""  # the front end's id of the notebook cell
+    setup: bool = False  # %%hvd --setup: replayed after every restart
+    record: bool = True  # a user's cell: kept for %hvd_export, and kept names are snapshotted when it succeeds
+    display_value: bool = True  # show rank 0's last expression, as a cell does; else run() returns it
 
 
 @dataclass
@@ -104,14 +109,21 @@ class CellRun:
         channel = self.pool.channel
         assert channel is not None
         channel.drain()
+        if channel.committed is not None:  # a snapshot written since the last cell
+            self.pool.keeper.note(channel.committed)
+        # What failed on the ranks between cells (a snapshot that could not be written, a user's thread) is said here.
+        new = list(itertools.takewhile(lambda p: p is not self.pool.newest_problem_shown, channel.problems))
+        for rank, text in reversed(new):
+            print(f"jupyter-hvd: rank {rank}: {text}", file=sys.stderr, flush=True)
         for r in self.pool.ranks:
             self.runs[r.rank] = _RankRun(r.rank)
         try:
             for r in self.pool.ranks:
                 show = r.rank in self.options.show_ranks
-                channel.send(
-                    r.rank, wire.RunCell(self.number, self.source, self.filename, show, self.options.log_lines)
+                request = wire.RunCell(
+                    self.number, self.source, self.filename, show, self.options.log_lines, self.options.count
                 )
+                channel.send(r.rank, request)
         except ChannelError as exc:
             self._check_liveness()
             raise _PoolLost(f"the cell could not be sent: {exc}") from None
@@ -131,13 +143,30 @@ class CellRun:
                 self.view.close(self.reason is None and self.lost is None)
                 self.pool.cells_run += 1
                 self.pool.file.end_of_cell()
+                if self.pool.channel is not None and self.pool.channel.problems:
+                    self.pool.newest_problem_shown = self.pool.channel.problems[0]  # said under this cell
                 if self.pool.client is not None and self.pool.ranks:
                     self.pool.update_rank_stats(
                         {r: {"last_line": ln} for r, ln in self.last_lines.items()}, publish=False
                     )
                     self.pool.set_state("idle", publish=self._shown_running)
+                if self.reason is None and self.lost is None and self.options.record:
+                    self._succeeded()
             self._carry_out_pending_action()
         return self._finish()
+
+    def _succeeded(self) -> None:
+        """Every rank ran the cell to its end: keep it for the export (and the journal), and snapshot kept names."""
+        keeper = self.pool.keeper
+        said = keeper.record(Cell(self.source, self.options.count, self.options.cell_id, self.options.setup))
+        if said:
+            print(f"jupyter-hvd: {said}; %hvd_setup lists the journal.", flush=True)
+        if keeper.names and self.pool.channel is not None:
+            try:  # behind this cell on each rank; rank 0 copies what changed, a thread writes it
+                for r in self.pool.ranks:
+                    self.pool.channel.send(r.rank, wire.Commit(self.options.count))
+            except ChannelError:
+                pass  # a rank that died after its end: the next cell finds out
 
     def _carry_out_pending_action(self) -> None:
         """A restart or stop asked for from the sidebar while this cell ran."""
@@ -194,6 +223,9 @@ class CellRun:
         self.view.tick()
 
     def _handle(self, ev: wire.Event) -> None:
+        if isinstance(ev, wire.Problem):  # whichever cell it came from (or none): said now, under this one
+            print(f"jupyter-hvd: rank {ev.rank}: {ev.text}", file=sys.stderr, flush=True)
+            return
         run = self.runs.get(ev.rank)
         if getattr(ev, "cell", None) != self.number or run is None:
             return  # a late event of an earlier cell, or of an engine that is no longer in the pool
@@ -217,8 +249,6 @@ class CellRun:
         elif isinstance(ev, wire.Waiting):
             run.waiting = ev.wait
             run.waiting_since = time.monotonic() - ev.wait["waited"] if ev.wait else None
-        elif isinstance(ev, wire.Problem):
-            print(f"jupyter-hvd: rank {ev.rank}: {ev.text}", file=sys.stderr, flush=True)
         elif isinstance(ev, wire.Joined):
             run.joined = True
             if not ev.ok or ev.in_flight:
@@ -433,7 +463,12 @@ class CellRun:
         return True  # each rank's output came before its end
 
     def _restart(self, what: str) -> None:
-        self.lost = recover(self.pool, what)
+        t0 = time.monotonic()
+        print(f"jupyter-hvd: {what}. Restarting the pool with the same options...", file=sys.stderr, flush=True)
+        came_back = self.pool.restart()
+        self.lost = (
+            f"{what[0].upper()}{what[1:]}. The pool was restarted in {time.monotonic() - t0:.1f} s: {came_back}."
+        )
 
     # ---- result --------------------------------------------------------------------------------------------
 
@@ -458,6 +493,8 @@ class CellRun:
         ]
         if lost is None and self.reason is None:
             value = self.runs[0].record.value if self.runs and self.runs[0].record else None
+            if value is not None and not self.options.display_value:
+                return _unpickled(value)
             if value is not None:
                 display(_unpickled(value))
             return None

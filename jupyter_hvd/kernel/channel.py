@@ -17,7 +17,7 @@ from typing import Any
 import zmq
 
 from .. import wire
-from ..wire import Event, Hello, Ping, Pong, Problem, Request, Rested
+from ..wire import Committed, Event, Hello, Ping, Pong, Problem, Request, Rested
 
 
 class ChannelError(Exception):
@@ -44,6 +44,7 @@ class CellChannel:
         self._poller.register(self._events, zmq.POLLIN)
         self.problems: list[tuple[int, str]] = []  # what failed on the ranks outside any cell's view (new first)
         self.rests: dict[int, Rested] = {}  # each rank's answer to the last rest request
+        self.committed: Committed | None = None  # the newest snapshot rank 0 wrote
 
     def info(self) -> dict[str, Any]:
         """What the engines need to connect (sent to them through ipyparallel's authenticated bootstrap)."""
@@ -94,6 +95,8 @@ class CellChannel:
                 self.problems = [(event.rank, event.text), *self.problems][:20]
             elif isinstance(event, Rested):
                 self.rests[event.rank] = event
+            elif isinstance(event, Committed) and (self.committed is None or event.seq > self.committed.seq):
+                self.committed = event
             if event is not None:
                 return event  # type: ignore[return-value]
 

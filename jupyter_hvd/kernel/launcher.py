@@ -237,12 +237,13 @@ class Launcher:
         """End the engines (a restart follows): their ids are retired, leftovers killed."""
         assert self.cluster is not None and self.client is not None
         self._retired_ids |= set(self.client.ids)
+        # Their state is gone anyway: kill them before telling ipyparallel, whose orderly stop waited 2 s for mpiexec.
+        self.kill_engines(ranks, grace=0)
         if self._engine_set:
             try:
                 self.cluster.stop_engines_sync(self._engine_set)
             except Exception as exc:  # already dead engines are fine
                 log.debug("stopping engines: %s", exc)
-        self.kill_engines(ranks)
 
     def stop(self, ranks: list[Rank]) -> None:
         """Stop engines and controller; leave no process behind; let the reaper go."""
@@ -268,7 +269,7 @@ class Launcher:
                 pass
             self._reaper = None
 
-    def kill_engines(self, ranks: list[Rank]) -> None:
+    def kill_engines(self, ranks: list[Rank], grace: float = 2.0) -> None:
         """Kill leftover engines of this pool (nannies included), e.g. after an abort or a failed stop."""
         victims = []
         for r in ranks:
@@ -288,7 +289,7 @@ class Launcher:
                 pass
         if self.options.multi_host():
             victims += hosts.launch_processes(self.pool_id)  # ssh clients left by an mpiexec that was killed
-        state.kill_processes(victims)
+        state.kill_processes(victims, grace)
 
     def tagged_processes(self) -> list[psutil.Process]:
         """This host's processes launched for this pool (they carry its id), e.g. engines or a controller of a

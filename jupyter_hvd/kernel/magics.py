@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -11,9 +12,10 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import TraitError
 
+from .. import wire
 from ..widgets import view_for_cell
+from . import export, restart, slurm
 from . import pool as pools
-from . import restart, slurm
 from . import timeline as hvd_timeline
 from . import transfer as hvd_transfer
 from .cell import CellOptions, run_cell
@@ -66,6 +68,13 @@ class CellSyntaxError(UsageError):
         return out
 
 
+def _cell_id(shell: Any) -> str:
+    """The front end's id of the notebook cell running now ('' where it sends none: a terminal, nbclient < 0.6)."""
+    kernel = getattr(shell, "kernel", None)
+    parent = kernel.get_parent() if kernel is not None else None
+    return str(((parent or {}).get("metadata") or {}).get("cellId") or "")
+
+
 def require_pool() -> pools.Pool:
     """The running pool, or a UsageError telling the user how to start one."""
     pool = pools.current()
@@ -113,6 +122,7 @@ class HvdMagics(Magics):
         t0 = time.monotonic()
         print(f"Starting {options.np} ranks under mpiexec...", flush=True)
         pool = pools.Pool.start(options)
+        pool.bring_back = restart.bring_back
         pools.set_current(pool)
         print(f"Pool ready in {time.monotonic() - t0:.1f} s: {options.np} ranks, Horovod initialised.")
         print(pool.table())
@@ -124,6 +134,12 @@ class HvdMagics(Magics):
     @argument("--plot", default="loss", metavar="METRICS", help="metrics plotted live, e.g. loss,acc (default: loss)")
     @argument("--no-plot", action="store_true", help="live log and status only, no plot")
     @argument("--batch-size", type=int, default=None, metavar="N", help="samples per step per rank, for samples/s")
+    @argument(
+        "--setup",
+        action="store_true",
+        help="a setup cell: once it succeeds on every rank it is replayed after every restart (%%hvd_setup lists them; "
+        "running the same notebook cell again replaces its entry)",
+    )
     @argument(
         "--timeline",
         nargs="?",
@@ -157,7 +173,14 @@ class HvdMagics(Magics):
         view = view_for_cell(
             self.shell, len(pool.ranks), show, args.log_lines, plots, args.batch_size, setting("live_view", self.shell)
         )
-        options = CellOptions(show_ranks=show, log_lines=args.log_lines, view=view)
+        options = CellOptions(
+            show_ranks=show,
+            log_lines=args.log_lines,
+            view=view,
+            count=self.shell.execution_count,
+            cell_id=_cell_id(self.shell),
+            setup=args.setup,
+        )
         if args.timeline is not None:
             return hvd_timeline.record(pool, args.timeline, lambda: run_cell(pool, source, options))
         return run_cell(pool, source, options)
@@ -241,22 +264,101 @@ class HvdMagics(Magics):
                 "cannot start again after a shutdown with those), so idle ranks keep cores busy."
             )
         print(pool.table())
+        if pool.keeper.journal:
+            print(f"Setup journal: {len(pool.keeper.journal)} cells, replayed after a restart (%hvd_setup lists them).")
+        if pool.keeper.names:
+            print(pool.keeper.listing())
         for problem in pool.problems()[:5]:
             print(f"problem: {problem.splitlines()[0][:200]}")
 
     @line_magic
     @magic_arguments()
+    @argument("--fresh", action="store_true", help="start empty: forget the setup journal and the kept names")
     def hvd_restart(self, line: str = "") -> None:
-        """Restart every engine with the same options (worker state is lost); Horovod is initialised again."""
-        if _parse(self.hvd_restart, line) is None:
+        """Restart every engine with the same options: Horovod is initialised again, the setup cells are replayed and
+        the kept names restored (with --fresh, nothing comes back)."""
+        args = _parse(self.hvd_restart, line)
+        if args is None:
             return
         pool = pools.current()
         if pool is None:
             raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
         t0 = time.monotonic()
-        pool = restart.restart(pool)
-        print(f"Pool restarted in {time.monotonic() - t0:.1f} s.")
+        pool, came_back = restart.restart(pool, fresh=args.fresh)
+        print(f"Pool restarted in {time.monotonic() - t0:.1f} s: {came_back}.")
         print(pool.table())
+
+    @line_magic
+    @magic_arguments()
+    @argument("names", nargs="*", help="names of the ranks' namespaces to keep (models, optimizers, any value)")
+    @argument("--forget", action="store_true", help="stop keeping the names given")
+    def hvd_keep(self, line: str = "") -> None:
+        """Keep names of the ranks' namespaces across restarts: snapshotted on rank 0 at the end of every successful
+        %%hvd cell (and at each jupyter_hvd.commit() in a cell), restored on every rank after a restart.
+
+        Torch modules and optimizers are kept by state_dict, anything else by value. With no names: what is kept,
+        and how old the last snapshot is.
+        """
+        args = _parse(self.hvd_keep, line)
+        if args is None:
+            return
+        pool = require_pool()
+        keeper = pool.keeper
+        if args.forget:
+            unknown = keeper.forget(args.names)
+            if unknown:
+                print(f"Not kept: {', '.join(unknown)}.")
+            restart.configure(pool)
+        elif args.names:
+            keeper.keep(args.names)
+            restart.configure(pool)
+            with pool.lock:  # a snapshot now, behind whatever the ranks were asked before
+                for r in pool.ranks:
+                    pool.channel.send(r.rank, wire.Commit(self.shell.execution_count))  # type: ignore[union-attr]
+        with pool.lock:
+            if pool.channel is not None:
+                pool.channel.settle(len(pool.ranks))  # the copy is taken; its file follows in the background
+                pool.channel.drain()
+                if pool.channel.committed is not None:
+                    keeper.note(pool.channel.committed)
+        print(keeper.listing())
+
+    @line_magic
+    @magic_arguments()
+    @argument("--remove", type=int, default=None, metavar="N", help="remove entry N of the journal")
+    @argument("--clear", action="store_true", help="empty the journal")
+    def hvd_setup(self, line: str = "") -> None:
+        """The setup journal: the %%hvd --setup cells replayed, in order, after every restart of the pool."""
+        args = _parse(self.hvd_setup, line)
+        if args is None:
+            return
+        keeper = require_pool().keeper
+        if args.clear:
+            keeper.journal.clear()
+        elif args.remove is not None:
+            try:
+                keeper.remove(args.remove)
+            except IndexError as exc:
+                raise UsageError(f"--remove {args.remove}: {exc}") from None
+        print(keeper.journal_listing())
+
+    @line_magic
+    @magic_arguments()
+    @argument("path", help="the script to write, e.g. train.py")
+    @argument("--sbatch", action="store_true", help="also write a SLURM batch script for it (PATH with .sbatch)")
+    def hvd_export(self, line: str = "") -> None:
+        """Write the pool's training as one script for `mpirun -np N python PATH` (or horovodrun): the engines'
+        prelude, the setup cells, then the other %%hvd cells that succeeded, in the order they ran."""
+        args = _parse(self.hvd_export, line)
+        if args is None:
+            return
+        pool = require_pool()
+        notebook = os.environ.get("JPY_SESSION_NAME", "")
+        written = export.write(args.path, pool.keeper, pool.options, args.sbatch, notebook)
+        cells = len(pool.keeper.journal) + sum(not c.setup for c in pool.keeper.cells)
+        print(f"Wrote {written[0]} ({cells} cells). Run it with: mpirun -np {pool.options.np} python {written[0]}")
+        if len(written) > 1:
+            print(f"Wrote {written[1]}: sbatch {written[1]}")
 
     @line_magic
     @magic_arguments()

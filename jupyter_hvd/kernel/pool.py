@@ -10,18 +10,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ipyparallel as ipp
 
-from .. import wire
+from .. import state, wire
 from .channel import CellChannel, ChannelError
 from .errors import PoolError, group_errors
+from .keep import Keeper
 from .launcher import Launcher, visible_gpus
 from .options import HvdPool
 from .pool_file import PoolFile
@@ -34,6 +36,7 @@ log = logging.getLogger("jupyter_hvd")
 # about 3 ms on CPU ranks. GPU ranks wait longer: NCCL builds its communicators again at the first allreduce.
 REST_AFTER_CPU_S = 2.0
 REST_AFTER_GPU_S = 30.0
+LOST = "worker state (models, variables) was lost; run the cells that define it again"
 
 
 @contextlib.contextmanager
@@ -63,6 +66,7 @@ class Pool:
         self.view: ipp.DirectView | None = None
         self.channel: CellChannel | None = None  # cells, joins and rests go to the ranks this way (kernel/channel.py)
         self.file = PoolFile(self.id)
+        self.directory = state.pool_directory(self.id)  # private to the pool (0700); removed when it stops
         self.launcher = Launcher(self.id, options, self.file.path, self._record_processes)
         self.state = "starting"  # idle | running | restarting | stopping (state.PoolRecord.state)
         self.busy_cell: str | None = None
@@ -73,6 +77,11 @@ class Pool:
         self.resting = False  # Horovod is stopped on every rank until the next cell (engine/idle.py)
         self.watcher: PoolWatcher | None = None
         self.stopped = False  # stop() ran: %hvd_restart starts a new pool with these options
+        self.keeper = Keeper()  # setup journal, kept names, cells run (kernel/keep.py)
+        # After fresh engines started: replay the journal and restore kept names (kernel/restart.py sets it).
+        self.bring_back: Callable[[Pool], str] | None = None
+        self._bringing_back = False
+        self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
     # ---- what the pool file shows (kernel/pool_file.py reads these) ----------------------------------------
 
@@ -204,12 +213,16 @@ class Pool:
         for warning in sorted({r.get("warning") for r in rows} - {"", None}):
             print(f"jupyter-hvd: {warning}", file=sys.stderr, flush=True)
 
-    def restart(self) -> None:
-        """Replace every engine with a fresh one (same options); Horovod is initialised again.
+    def restart(self, planned: bool = False) -> str:
+        """Replace every engine with a fresh one (same options); Horovod is initialised again, the setup journal
+        replayed and kept names restored. Returns what came back, in words.
 
-        A restart that fails stops the whole pool (half a pool would fail every later cell in a new way); the
-        options stay, for %hvd_restart.
+        `planned` (asked for, not a lost pool): the engines first finish what they were asked, so a snapshot being
+        written is not lost. A restart that fails stops the whole pool (half a pool would fail every later cell in
+        a new way); the options stay, for %hvd_restart.
         """
+        if planned and self.channel is not None and self.ranks and not self.dead_ranks():
+            self.channel.settle(len(self.ranks), timeout=30.0)
         self.set_state("restarting", publish=False)
         self.file.write(self)
         self.launcher.stop_engines(self.ranks)
@@ -220,13 +233,21 @@ class Pool:
             self._start_engines()
         except BaseException as exc:
             with deferred_interrupts():
-                self._end()  # stays the kernel's pool, stopped: %hvd_restart starts it again
+                self._end(keep_directory=True)  # stays the kernel's pool, stopped: %hvd_restart starts it again
             if isinstance(exc, PoolError):
                 raise PoolError(
                     f"The restart failed: {exc.message} The pool was stopped.",
                     f"{exc.hint}\n%hvd_restart starts it again with the same options.".strip(),
                 ) from None
             raise
+        if self.bring_back is None or self._bringing_back or not (self.keeper.journal or self.keeper.names):
+            return LOST  # a restart while bringing back (the replay lost the pool again) brings nothing back
+        self._bringing_back = True
+        try:
+            return self.bring_back(self)
+        finally:
+            self._bringing_back = False
+        self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
     def stop(self) -> None:
         """Stop engines and controller, leave no process behind; the kernel has no pool any more."""
@@ -234,7 +255,7 @@ class Pool:
         if current() is self:
             set_current(None)
 
-    def _end(self) -> None:
+    def _end(self, keep_directory: bool = False) -> None:
         self.stopped = True
         if self.watcher is not None:
             self.watcher.stop()
@@ -247,6 +268,8 @@ class Pool:
             self.channel.close()
             self.channel = None
         self.file.remove()
+        if not keep_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     # ---- ranks ---------------------------------------------------------------------------------------------
 

@@ -1,35 +1,123 @@
-"""What the pool does when it is lost (an engine died, ranks would not stop, collectives that only a restart of
-Horovod releases) or a restart is asked for (%hvd_restart, the sidebar): fresh engines with the same options, and
-one line that says what happened.
+"""What comes back after a restart (automatic, %hvd_restart, the sidebar's): the setup journal is replayed on the
+fresh engines, the kept names are restored from the latest snapshot, and one line says what came back and from when.
 
-Runs in the user's kernel.
+Runs in the user's kernel. The pool calls `bring_back` after every restart (Pool.bring_back); `restart` is what
+%hvd_restart does.
 """
 
 from __future__ import annotations
 
-import sys
-import time
+import re
+import shutil
+from typing import Any
 
-from .pool import Pool, set_current
+from .. import wire
+from .cell import CellOptions, run_cell
+from .errors import CellFailed
+from .keep import origin
+from .pool import LOST, Pool, set_current
+from .words import age_text
 
-
-def recover(pool: Pool, what: str) -> str:
-    """Restart a pool that was lost during a cell; returns what the cell's error says of it."""
-    t0 = time.monotonic()
-    print(f"jupyter-hvd: {what}. Restarting the pool with the same options...", file=sys.stderr, flush=True)
-    pool.restart()
-    return (
-        f"{what[0].upper()}{what[1:]}. The pool was restarted in {time.monotonic() - t0:.1f} s: worker state "
-        "(models, variables) was lost; run the cells that define it again."
-    )
+RESTORE = "__import__('jupyter_hvd.engine.keep', fromlist=['restore']).restore()"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def restart(pool: Pool) -> Pool:
-    """Restart as asked (%hvd_restart, the sidebar); a pool stopped by a failed restart is started anew with the same
-    options. Returns the running pool."""
+class _Quiet:
+    """The CellView of a cell the user did not type (a replay, the restore): its output is kept, not shown."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+
+    def output(self, rank: int, name: str, text: str) -> None:
+        if rank == 0:
+            self.text.append(text)
+
+    def metrics(self, rank: int, records: Any) -> None:
+        pass
+
+    def straggler(self, message: str | None) -> None:
+        pass
+
+    def tick(self) -> None:
+        pass
+
+    def close(self, ok: bool) -> None:
+        pass
+
+
+def _run_quietly(pool: Pool, source: str, count: int | None = None) -> tuple[Any, str]:
+    """Run `source` on every rank without showing it; (rank 0's last value, '' or why it failed in one line)."""
+    options = CellOptions(view=_Quiet(), count=count, record=False, display_value=False)
+    try:
+        return run_cell(pool, source, options), ""
+    except CellFailed as exc:
+        lines = [ln.strip() for ln in _ANSI.sub("", exc.message).splitlines() if ln.strip()]
+        return None, lines[0] if lines else "it failed"
+
+
+def bring_back(pool: Pool) -> str:
+    """Replay the setup journal on fresh engines, then restore the kept names; what came back, in words."""
+    keeper = pool.keeper
+    said = []
+    replayed = 0
+    for i, cell in enumerate(keeper.journal, 1):
+        _, failed = _run_quietly(pool, cell.source, cell.count)
+        if failed:
+            later = len(keeper.journal) - i
+            said.append(
+                f"setup cell {i} (cell [{cell.count}]) failed on replay: {failed}"
+                + (f"; the {later} setup cell{'s' if later > 1 else ''} after it were not replayed" if later else "")
+            )
+            break
+        replayed += 1
+    if keeper.journal:
+        said.insert(0, f"replayed {replayed} setup cell{'s' if replayed != 1 else ''}")
+    if keeper.names:
+        said.append(_restore(pool))
+    return "; ".join(said) if said else LOST
+
+
+def _restore(pool: Pool) -> str:
+    keeper = pool.keeper
+    configure(pool)
+    result, failed = _run_quietly(pool, RESTORE)
+    if failed or not isinstance(result, dict):
+        return f"the kept names were not restored: {failed or 'the restore said nothing'}"
+    if result.get("missing"):
+        return f"no snapshot of {', '.join(keeper.names)} was written yet, so nothing was restored"
+    said = []
+    if result["restored"]:
+        when = f", {age_text(result['at'])} ago" if result.get("at") else ""
+        said.append(f"restored {', '.join(result['restored'])} {origin(result.get('cell'), result['mid_cell'])}{when}")
+    for name, why in result["failed"].items():
+        said.append(f"not restored: {name} ({why})")
+    return "; ".join(said) or "nothing was kept in the last snapshot"
+
+
+def configure(pool: Pool) -> None:
+    """Tell every rank what to keep and where its snapshots go."""
+    if pool.channel is None:
+        return
+    request = wire.Keep(list(pool.keeper.names), str(pool.directory))
+    for r in pool.ranks:
+        pool.channel.send(r.rank, request)
+
+
+def restart(pool: Pool, fresh: bool = False) -> tuple[Pool, str]:
+    """%hvd_restart: fresh engines with the same options, the journal replayed and kept names restored (with `fresh`,
+    nothing: the journal and the kept names are forgotten). A pool stopped by a failed restart is started anew.
+    Returns the running pool and what came back."""
+    if fresh:
+        pool.keeper.clear()
+        shutil.rmtree(pool.directory, ignore_errors=True)
+        pool.directory.mkdir(mode=0o700, exist_ok=True)
     if pool.stopped:
-        pool = Pool.start(pool.options)
+        old = pool
+        pool = Pool.start(old.options)
+        pool.keeper = old.keeper  # what the old pool kept comes back on the new one
+        shutil.copytree(old.directory, pool.directory, dirs_exist_ok=True)
+        shutil.rmtree(old.directory, ignore_errors=True)
+        pool.bring_back = bring_back
         set_current(pool)
-    else:
-        pool.restart()
-    return pool
+        return pool, bring_back(pool) if (pool.keeper.journal or pool.keeper.names) else LOST
+    return pool, pool.restart(planned=True)

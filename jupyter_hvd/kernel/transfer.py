@@ -18,6 +18,7 @@ import ipyparallel as ipp
 from .. import wire
 from .pool import Pool
 from .ranks import format_ranks
+from .words import size_text
 
 ANNOUNCE_BYTES = 50 * 1024 * 1024  # transfers above this say their size before they start
 SLICE_S = 0.1  # a wait checks the ranks' health (and lets a Ctrl-C land) this often
@@ -48,14 +49,6 @@ def _why(exc: BaseException) -> str:
         if key in text:
             return why
     return "it cannot be pickled"
-
-
-def size_text(n: int) -> str:
-    """`n` bytes for people: 412 MB, 3.1 GB, 12 KB."""
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}" if n < 10 * scale else f"{n / scale:.0f} {unit}"
-    return f"{n} bytes"
 
 
 def wait(pool: Pool, ar: ipp.AsyncResult, ranks: list[int], what: str, timeout: float) -> list[Any]:

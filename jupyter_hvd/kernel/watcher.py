@@ -71,7 +71,7 @@ class Watched(Protocol):
 
     def interrupt(self, ranks: list[int]) -> None: ...
 
-    def restart(self) -> None: ...
+    def restart(self, planned: bool = False) -> str: ...
 
     def stop(self) -> None: ...
 
@@ -168,7 +168,7 @@ class PoolWatcher(threading.Thread):
         with pool.lock:
             if action == "restart":
                 try:
-                    pool.restart()
+                    pool.restart(planned=True)
                 except Exception as exc:  # on the main loop nobody would see it: log it, keep it for %hvd_status
                     log.exception("jupyter-hvd: the restart asked for from the sidebar failed")
                     pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")

@@ -1,0 +1,143 @@
+"""What keeping a model across restarts costs, and how fast a crash is trained again (2 CPU ranks).
+
+    python bench/keep.py [--params 25] [--window 60] [--rounds 3]
+
+- snapshot at a cell's end: a ~25 M-parameter MLP with Adam kept (%hvd_keep model opt); what the next cell waits for
+  (rank 0's copy) and what the background write takes, from rank 0's own timing;
+- training throughput with jupyter_hvd.commit() every 30 s against the same loop without, interleaved windows of
+  --window seconds (the goal: at most 2% slower);
+- crash to trained again: rank 1 killed (SIGKILL) during training; from the kill until the next cell trains from the
+  restored snapshot (restart, setup replay, restore), against a plain %hvd_start of the same pool.
+
+Prints a table and writes bench/results/keep.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import report, setup_env
+
+from jupyter_hvd.testing import Kernel
+
+SETUP = """%%hvd --setup
+hidden = {hidden}
+model = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden // 2))
+opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-4), named_parameters=model.named_parameters())
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+x = torch.randn(16, hidden)
+y = torch.randn(16, hidden // 2)
+steps = 0
+print("params", sum(p.numel() for p in model.parameters()))
+"""
+
+# Trains for `window` seconds; commits every `every` seconds (0: never); prints steps per second.
+TRAIN = """%%hvd
+import time, jupyter_hvd
+t0 = last = time.perf_counter()
+n = 0
+while True:
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    n += 1
+    steps += 1
+    now = time.perf_counter()
+    if {every} and now - last >= {every}:
+        jupyter_hvd.commit()
+        last = now
+    # every rank must take the same number of steps: rank 0 decides when the window is over
+    if hvd.broadcast_object(now - t0 >= {window} if rank == 0 else None, 0, name="bench.window"):
+        break
+print(f"RATE {{n / (time.perf_counter() - t0):.4f}}")
+"""
+
+
+def run(k: Kernel, code: str, timeout: float = 600) -> str:
+    r = k.run(code, timeout=timeout)
+    if r.status != "ok":
+        raise RuntimeError(r.error_text + r.stderr)
+    return r.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", type=float, default=25.0, help="millions of model parameters (about)")
+    parser.add_argument("--window", type=float, default=60.0, help="seconds of training per measured window")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    setup_env()
+    hidden = int((args.params * 1e6 / 1.5) ** 0.5)  # hidden^2 + hidden^2/2 weights
+    k = Kernel()
+    rows = []
+    extra: dict = {}
+    try:
+        t0 = time.monotonic()
+        run(k, "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'off'\n%hvd_start -np 2")
+        start_s = time.monotonic() - t0
+        params = int(re.search(r"params (\d+)", run(k, SETUP.format(hidden=hidden))).group(1))
+        run(k, "%hvd_keep model opt steps")
+        rates: dict[str, list[float]] = {"no commit": [], "commit every 30 s": []}
+        for _ in range(args.rounds):
+            for name, every in (("no commit", 0), ("commit every 30 s", 30)):
+                out = run(k, TRAIN.format(every=every, window=args.window))
+                rates[name].append(float(re.search(r"RATE (\S+)", out).group(1)))
+        listing = run(k, "%hvd_keep")
+        copy_s = float(re.search(r"training waited (\S+) s", listing).group(1))
+        write_s = float(re.search(r"in the background in (\S+) s", listing).group(1))
+        size = re.search(r"ago, (\S+ \S+) \(", listing).group(1)
+        base = statistics.median(rates["no commit"])
+        with_commit = statistics.median(rates["commit every 30 s"])
+        rows += [
+            {"what": "model", "value": f"{params / 1e6:.1f} M parameters + Adam, snapshot {size}"},
+            {"what": "snapshot: the training thread waits (rank 0's copy)", "value": f"{copy_s:.2f} s"},
+            {"what": "snapshot: written in the background", "value": f"{write_s:.2f} s"},
+            {"what": "steps/s without commit (median of rounds)", "value": f"{base:.3f}"},
+            {"what": "steps/s with commit() every 30 s", "value": f"{with_commit:.3f}"},
+            {"what": "throughput with commit / without", "value": f"{with_commit / base:.3f}"},
+        ]
+        extra["rates"] = rates
+        # Crash to trained again: kill rank 1 a few seconds into training.
+        run(k, "%%hvd\nimport os\nprint('PID', os.getpid())")
+        pids = k.run("%%hvd --ranks all\nimport os\nprint('PID', os.getpid())").stdout
+        rank1 = int(re.findall(r"\[rank 1\] PID (\d+)", pids)[0])
+        import os
+        import signal
+        import threading
+
+        killed: list[float] = []
+
+        def kill_later(_res: object) -> None:
+            def later() -> None:
+                time.sleep(5)
+                killed.append(time.monotonic())
+                os.kill(rank1, signal.SIGKILL)
+
+            threading.Thread(target=later, daemon=True).start()
+
+        crashed = k.run(TRAIN.format(every=0, window=60), timeout=300, on_start=kill_later)
+        back = re.search(r"The pool was restarted in (\S+) s: (.*)", crashed.error_text)
+        t_first = time.monotonic()
+        run(k, "%%hvd\nopt.zero_grad(); torch.nn.functional.mse_loss(model(x), y).backward(); opt.step()")
+        trained_again = time.monotonic() - killed[0]
+        rows += [
+            {"what": "plain %hvd_start -np 2", "value": f"{start_s:.1f} s"},
+            {"what": "crash (SIGKILL) to trained again", "value": f"{trained_again:.1f} s"},
+            {"what": "  of which restart + replay + restore", "value": f"{back.group(1) if back else '?'} s"},
+            {"what": "  of which the next cell's first step", "value": f"{time.monotonic() - t_first:.1f} s"},
+        ]
+        extra["came_back"] = back.group(2) if back else crashed.error_text[-500:]
+        run(k, "%hvd_stop")
+    finally:
+        k.shutdown()
+    report("keep", rows, ["what", "value"], extra)
+
+
+if __name__ == "__main__":
+    main()
