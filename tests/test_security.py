@@ -54,25 +54,44 @@ def test_messages_need_the_pool_key(pool, tmp_path):
         bad.close()
 
 
-def test_the_cell_channel_listens_on_loopback_and_drops_what_the_pool_key_did_not_sign(ip, pool):
+def test_the_cell_channel_is_private_and_drops_what_the_pool_key_did_not_sign(ip, pool):
     import zmq
 
     from jupyter_hvd import wire
 
     info = pool.channel.info()
-    assert info["requests"].startswith("tcp://127.0.0.1:") and info["events"].startswith("tcp://127.0.0.1:")
+    directory = pool.directory
+    # A pool on this host: ipc sockets in its private directory, which only this user can enter.
+    assert info["requests"] == f"ipc://{directory}/requests" and info["events"] == f"ipc://{directory}/events"
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    assert not info["curve"]
     forger = zmq.Context.instance().socket(zmq.PUSH)
     forger.setsockopt(zmq.LINGER, 0)
     forger.connect(info["events"])
+    # A sender of the pool's own: a message with a rank's identity and a higher number would make that rank's own
+    # next messages look replayed (only the pool's key can sign one, so no one else can).
+    identity = b"test-sender"
+    before = dict(pool.channel.dropped)
     try:
-        # A fake "rank 0 finished, all fine" under another key, then a real one: only the real one arrives.
-        forger.send_multipart(wire.pack(os.urandom(32), wire.CellEnded(0, 1, wire.CellRecord(rank=0, ok=True))))
-        forger.send_multipart([b"not", b"signed", b"at all"])
-        forger.send_multipart(wire.pack(pool.channel.key, wire.Pong(0, -1)))
-        event = pool.channel.receive(10)
-        while isinstance(event, wire.Rested):  # the idle rest's answers may come first
+        with pool.lock:
+            pool.channel._senders[identity] = 0
+            pool.channel.drain()
+            # A fake "rank 0 finished, all fine" under another key, junk, a real message replayed, then a real one:
+            # only the real one arrives.
+            forger.send_multipart(wire.pack(os.urandom(32), wire.CellEnded(0, 1, wire.CellRecord(rank=0, ok=True))))
+            forger.send_multipart([b"not", b"signed", b"at all"])
+            real = wire.pack(pool.channel.key, wire.Pong(0, -1), identity, 1)
+            forger.send_multipart(real)
+            forger.send_multipart(real)
             event = pool.channel.receive(10)
-        assert event == wire.Pong(0, -1)
+            while isinstance(event, (wire.Rested, wire.Hello)):  # the idle rest's answers may come first
+                event = pool.channel.receive(10)
+            assert event == wire.Pong(0, -1)
+            assert pool.channel.receive(0.5) is None
+            pool.channel.drain()
+            del pool.channel._senders[identity]
+        dropped = {k: pool.channel.dropped[k] - before.get(k, 0) for k in ("unsigned", "replayed")}
+        assert dropped == {"unsigned": 2, "replayed": 1}, dropped
     finally:
         forger.close()
     ip.run_cell_magic("hvd", "", "after_forgery = rank + 10")  # the pool still runs cells

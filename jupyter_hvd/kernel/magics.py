@@ -241,6 +241,9 @@ class HvdMagics(Magics):
                 "cannot start again after a shutdown with those), so idle ranks keep cores busy."
             )
         print(pool.table())
+        dropped = pool.channel.dropped_text() if pool.channel is not None else ""
+        if dropped:
+            print(dropped)
         for problem in pool.problems()[:5]:
             print(f"problem: {problem.splitlines()[0][:200]}")
 
