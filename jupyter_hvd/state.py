@@ -186,10 +186,15 @@ def check_private(d: Path) -> None:
         )
     parent = d.parent.resolve()
     pst = os.stat(parent)
-    if pst.st_uid not in (0, me) or (pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX):
+    if pst.st_uid not in (0, me):
         raise UnsafeStateDir(
-            f"{d} is inside {parent}, which {_user(pst.st_uid)} or others can change (mode "
-            f"{stat.S_IMODE(pst.st_mode):o}), so they could replace your pools' directory: {fix}."
+            f"{d} is inside {parent}, which belongs to {_user(pst.st_uid)}, who could replace your pools' directory: "
+            f"{fix}."
+        )
+    if pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX:
+        raise UnsafeStateDir(
+            f"{d} is inside {parent}, which others can write to (mode {stat.S_IMODE(pst.st_mode):o}), so they could "
+            f"replace your pools' directory: run `chmod go-w {parent}`, or {fix}."
         )
 
 

@@ -58,7 +58,7 @@ class Channel:
         self.rank = rank
         self.identity = info["identities"][rank].encode()  # drawn by the kernel for this start: its address for us
         self.cell: int | None = None  # the cell running now, if one is
-        self._sent = 0  # the number of the last event sent (wire.pack's seq)
+        self._sent = 0  # the number of the last event sent (wire.pack's seq; each socket counts on its own)
         self._kernel_seq = 0  # the number of the last request taken: an older one is a replay
         self._display_bytes = 0  # displays sent by the running cell
         ctx = zmq.Context.instance()
@@ -89,9 +89,7 @@ class Channel:
         # The DEALER says hello itself: the kernel's ROUTER can address it from then on. The events socket says it
         # too, so the kernel knows both ways work before the first cell.
         hello = wire.Hello(rank, os.getpid())
-        with self._send_lock:
-            self._sent += 1
-            self._requests.send_multipart(wire.pack(self.key, hello, self.identity, self._sent))
+        self._requests.send_multipart(wire.pack(self.key, hello, self.identity, 1))  # its only message there
         self.send(hello)
 
     def listen(self) -> None:

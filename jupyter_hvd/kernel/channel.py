@@ -70,7 +70,8 @@ class CellChannel:
         self.identities: list[bytes] = []  # each rank's address in this generation
         self._pings = 0
         self._sent = 0  # the number of the last request sent (wire.pack's seq)
-        self._last_seq: dict[bytes, int] = {}  # per rank identity: the number of its last message
+        # Per rank identity and socket (each is a stream of its own, in order): the number of its last message.
+        self._last_seq: dict[tuple[bytes, bool], int] = {}
         self._senders: dict[bytes, int] = {}  # identity -> rank, this generation
         self._trusted_fds: set[int] = set()  # connections that delivered a signed, fresh message
         self.dropped: collections.Counter[str] = collections.Counter()
@@ -140,8 +141,9 @@ class CellChannel:
         self._senders = {identity: rank for rank, identity in enumerate(self.identities)}
         self._last_seq = {}
 
-    def _open(self, frames: list[zmq.Frame]) -> wire.Signed | None:
-        """The signed message of `frames` from a rank of this generation; None (counted) for anything else."""
+    def _open(self, frames: list[zmq.Frame], routed: bool = False) -> wire.Signed | None:
+        """The signed message of `frames` (from the request socket when `routed`) from a rank of this generation; None
+        (counted) for anything else."""
         if any(len(f) > wire.MAX_MESSAGE_BYTES + ENVELOPE_BYTES for f in frames):
             self.dropped["oversized"] += 1
             return None
@@ -151,10 +153,10 @@ class CellChannel:
             return None
         if signed.sender not in self._senders:
             return None  # an engine of an earlier start, still sending as it ends
-        if signed.seq <= self._last_seq.get(signed.sender, 0):
+        if signed.seq <= self._last_seq.get((signed.sender, routed), 0):
             self.dropped["replayed"] += 1
             return None
-        self._last_seq[signed.sender] = signed.seq
+        self._last_seq[(signed.sender, routed)] = signed.seq
         fd = frames[-1].get(zmq.SRCFD)
         if fd >= 0:
             self._trusted_fds.add(fd)
@@ -176,7 +178,7 @@ class CellChannel:
             for sock, _ in poller.poll(int(max(0.0, deadline - time.monotonic()) * 1000) + 1):
                 frames = sock.recv_multipart(copy=False)
                 routed = sock is self._requests
-                signed = self._open(frames[1:] if routed else frames)
+                signed = self._open(frames[1:] if routed else frames, routed)
                 if signed is None or not isinstance(signed.message, Hello):
                     if signed is not None:
                         self._note(signed.message)  # type: ignore[arg-type]
@@ -260,7 +262,7 @@ class CellChannel:
                 frames = self._requests.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            self._open(frames[1:])  # no rank sends requests here after its hello: only counted
+            self._open(frames[1:], routed=True)  # no rank sends requests here after its hello: only counted
         self._read_monitors()
 
     def _read_monitors(self) -> None:
