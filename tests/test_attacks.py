@@ -274,12 +274,12 @@ def test_junk_on_every_socket_of_the_pool_and_kernel(kpool, other_user):
             if who == "another user" and target in channel:
                 assert r["sent"] == 0 and "PermissionError" in r["error"], (target, r)
     print(f"kernel RSS before {rss.before / 2**20:.0f} MB, peak +{rss.growth / 2**20:.1f} MB")
+    assert rss.growth < RSS_LIMIT, f"the kernel grew by {rss.growth / 2**20:.0f} MB"
     kpool.works()
     status = kpool.status()
     print(status)
     assert "cell channel: dropped" in status, "the junk that reached the channel should be counted"
     kpool.restarts()
-    assert rss.growth < RSS_LIMIT, f"the kernel grew by {rss.growth / 2**20:.0f} MB"
     assert kpool.rss() - rss.before < RSS_LIMIT
 
 
