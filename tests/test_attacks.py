@@ -543,3 +543,75 @@ def test_the_attack_modes_are_real(other_user):
     out = attack({"attack": "write", "path": "/root/jhvd-attacker-probe", "text": "x"}, other_user)
     assert not out["written"], "the attacker should not be able to write where root's files are"
     assert stat.S_IMODE(os.stat("/root").st_mode) & 0o002 == 0
+
+
+def test_between_hosts_traffic_is_encrypted_and_only_the_pools_keys_get_in(ip, monkeypatch):
+    """A pool whose traffic crosses the network (forced here on one host): ipyparallel runs with CURVE and keeps its
+    message signing; the cell channel binds TCP with CURVE and admits only the pool's client key. A plain ZeroMQ peer
+    and a CURVE peer with a key of its own are refused at the handshake (and counted); a client without the
+    controller's key gets nothing; cells run."""
+    import ipyparallel as ipp
+    import zmq
+
+    from jupyter_hvd import wire
+    from jupyter_hvd.kernel import pool as pools
+    from jupyter_hvd.kernel.launcher import Launcher
+
+    monkeypatch.setattr(Launcher, "encrypted", lambda self: True)
+    ip.run_line_magic("hvd_start", "-np 2")
+    pool = pools.current()
+    try:
+        info = pool.channel.info()
+        assert info["requests"].startswith("tcp://127.0.0.1:") and set(info["curve"]) == {"server", "public", "secret"}
+        security = Path(pool.launcher.cluster.profile_dir) / "security"
+        client_file = security / f"ipcontroller-{pool.id}-client.json"
+        connection = json.loads(client_file.read_text())
+        assert connection["curve_serverkey"] and connection["key"], "CURVE on, and messages still signed"
+        config = pool.directory / "ipcontroller_config.py"
+        assert stat.S_IMODE(config.stat().st_mode) == 0o600  # the signing key is in no command line
+        assert not any(connection["key"] in " ".join(p.cmdline()) for p in psutil.Process().children(recursive=True))
+        ctx = zmq.Context()
+        peers = [ctx.socket(zmq.DEALER) for _ in range(2)]
+        public, secret = zmq.curve_keypair()
+        peers[1].curve_serverkey, peers[1].curve_publickey, peers[1].curve_secretkey = (
+            info["curve"]["server"].encode(), public, secret,
+        )  # fmt: skip
+        from zmq.utils.monitor import recv_monitor_message
+
+        watch = [peer.get_monitor_socket() for peer in peers]
+        for peer in peers:
+            peer.linger = 0
+            peer.connect(info["requests"])
+            peer.send_multipart(wire.pack(pool.channel.key, wire.Hello(0, 1), pool.channel.identities[0], 99))
+        seen: list[set[int]] = [set(), set()]
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            for events, monitor in zip(seen, watch, strict=True):
+                while monitor.poll(10):
+                    events.add(recv_monitor_message(monitor)["event"])
+        for events in seen:
+            assert zmq.EVENT_HANDSHAKE_SUCCEEDED not in events, "an outsider got through the handshake"
+        assert zmq.EVENT_HANDSHAKE_FAILED_AUTH in seen[1], "the pool's ZAP handler should refuse a key of its own"
+        with pool.lock:
+            pool.channel.drain()
+        assert pool.channel.dropped["refused"] >= 2, dict(pool.channel.dropped)
+        for peer, monitor in zip(peers, watch, strict=True):
+            peer.disable_monitor()
+            monitor.close()
+            peer.close()
+        ctx.term()
+        del connection["curve_serverkey"]  # a client that knows the address and signing key, not the CURVE key
+        stranger = security / f"stranger-{pool.id}-client.json"
+        stranger.write_text(json.dumps(connection))
+        try:
+            with pytest.raises((TimeoutError, OSError)):
+                ipp.Client(str(stranger), timeout=5).close()
+        finally:
+            stranger.unlink()
+        ip.run_cell_magic("hvd", "", "encrypted = hvd.allreduce(torch.tensor([rank + 1.0]), op=hvd.Sum).item()")
+        ip.run_line_magic("hvd_pull", "encrypted")
+        assert ip.user_ns["encrypted"] == 3.0
+        assert "connections refused at the handshake" in pool.channel.dropped_text()
+    finally:
+        if pools.current() is not None:
+            ip.run_line_magic("hvd_stop", "")
