@@ -296,11 +296,12 @@ def list_pools(kernel_ids: set[str] | None = None) -> list[dict[str, Any]]:
     """Every pool file in the state directory (of the kernels `kernel_ids`, when given), each with its `id` taken
     from the file's name and `stale` set when its kernel is gone."""
     pools = []
-    for name in sorted(os.listdir(state_dir())):
+    directory = state_dir()
+    for name in sorted(os.listdir(directory)):
         m = POOL_FILE.match(name)
         if not m:
             continue
-        data = read_pool(state_dir() / name)
+        data = read_pool(directory / name)
         if data is None or data.get("id") != m.group(1):
             continue  # a file that names another pool than its own is not a pool's
         if kernel_ids is not None and str(data.get("kernel_id") or "") not in kernel_ids:

@@ -66,6 +66,7 @@ class Channel:
         self._requests.setsockopt(zmq.IDENTITY, self.identity)
         self._requests.setsockopt(zmq.LINGER, 0)
         self._requests.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES + 2**16)
+        self._requests.setsockopt(zmq.RCVHWM, 1000)  # from the kernel only: a cell, its join, a rest, pings
         self._events = ctx.socket(zmq.PUSH)
         self._events.setsockopt(zmq.LINGER, 2000)
         for sock in (self._requests, self._events):

@@ -144,7 +144,7 @@ class CellChannel:
     def _open(self, frames: list[zmq.Frame], routed: bool = False) -> wire.Signed | None:
         """The signed message of `frames` (from the request socket when `routed`) from a rank of this generation; None
         (counted) for anything else."""
-        if any(len(f) > wire.MAX_MESSAGE_BYTES + ENVELOPE_BYTES for f in frames):
+        if any(len(f) > wire.MAX_MESSAGE_BYTES for f in frames):  # bigger ones the socket refuses itself
             self.dropped["oversized"] += 1
             return None
         signed = wire.unpack(self.key, [f.buffer for f in frames])
@@ -283,8 +283,8 @@ class CellChannel:
                     self.dropped["outside"] += 1
 
     def dropped_text(self) -> str:
-        """What the channel dropped since the pool started, for %hvd_status; "" when nothing was."""
-        self._read_monitors()
+        """What the channel dropped since the pool started (as of the watcher's last reading), for %hvd_status; ""
+        when nothing was."""
         names = {
             "unsigned": "messages not signed by this pool",
             "replayed": "replayed messages",
