@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -136,6 +137,20 @@ class Launcher:
         except ValueError as exc:
             raise PoolError(str(exc), "Give the address with --ip, e.g. %hvd_start ... --ip 10.0.0.5") from None
 
+    def encrypted(self) -> bool:
+        """Whether the pool's traffic crosses the network, and so is encrypted (ZeroMQ CURVE): with other hosts."""
+        return self.options.multi_host()
+
+    def _controller_args(self) -> list[str]:
+        args = hosts.MULTI_HOST_CONTROLLER_ARGS if self.options.multi_host() else LOCAL_CONTROLLER_ARGS
+        if not self.encrypted():
+            return list(args)
+        # ipyparallel's CURVE, and its message signing kept (it drops the signing key when CURVE is switched on
+        # alone): both set in one config file in the pool's private directory, so the key is on no command line.
+        config = state.pool_directory(self.pool_id) / "ipcontroller_config.py"
+        state.write_private(config, f"c.IPController.enable_curve = True\nc.Session.key = b'{secrets.token_hex(32)}'\n")
+        return [*args, f"--config={config}"]
+
     def start_controller(self) -> str:
         """Start the ipyparallel controller; returns the address it listens on."""
         self.cluster = ipp.Cluster(
@@ -144,7 +159,7 @@ class Launcher:
             engine_launcher_class=slurm.ENGINE_LAUNCHER if self.options.slurm_nodes else "mpi",
             # Loopback only unless hosts are given; then only the one interface the hosts reach us on.
             controller_ip=self.controller_ip(),
-            controller_args=hosts.MULTI_HOST_CONTROLLER_ARGS if self.options.multi_host() else LOCAL_CONTROLLER_ARGS,
+            controller_args=self._controller_args(),
             delay=0,
             log=_launcher_log,
             engine_timeout=int(self.options.timeout),
@@ -198,6 +213,11 @@ class Launcher:
                 exc.hint += hosts.unreachable_hint(self.mpiexec_output(200), opts.host_list())
             raise
         return self.new_engine_ids()[: opts.np]
+
+    def slurm_job(self) -> str:
+        """The SLURM job running the engines (--slurm), once submitted; "" otherwise."""
+        engines = self.engine_set() if self.options.slurm_nodes else None
+        return str(getattr(engines, "job_id", "") or "")
 
     def engine_set(self) -> Any:
         """ipyparallel's launcher of the engines (mpiexec, or the SLURM job), once they were launched."""
@@ -321,9 +341,9 @@ class Launcher:
                 continue
             try:
                 p = psutil.Process(pid)
-                procs.append({"pid": pid, "create_time": p.create_time(), "role": role})
+                procs.append({"pid": pid, "create_time": state.started(p), "role": role})
                 for c in p.children(recursive=True):
-                    procs.append({"pid": c.pid, "create_time": c.create_time(), "role": f"{role}-child"})
+                    procs.append({"pid": c.pid, "create_time": state.started(c), "role": f"{role}-child"})
             except psutil.Error:
                 continue
         return procs
