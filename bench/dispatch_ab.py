@@ -4,9 +4,10 @@ python bench/dispatch_ab.py --baseline /tmp/jhvd-base [--round-trips 200]
 
 Two real kernels run at once, each with a 2-rank pool: one imports jupyter_hvd from this tree, the other from the
 baseline tree (e.g. `git archive <commit> | tar -x -C /tmp/jhvd-base`, plus the built widget files of
-jupyter_hvd/widgets/static/). Cells alternate between them (A B A B, each followed by a plain `pass` cell in the
-same kernel), so this VM's drifting speed falls on both alike. Reported: each side's median and p95, and the median
-of the per-pair differences.
+jupyter_hvd/widgets/static/). Cells alternate between them (A B B A A B ..., each followed by a plain `pass` cell in
+the same kernel), so this VM's drifting speed falls on both alike. Reported: each side's median and p95, and the median
+of the per-pair differences. Single runs moved by up to 0.5 ms either way here: run several, half of them with
+--baseline-first.
 """
 
 from __future__ import annotations
@@ -50,17 +51,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, required=True, help="a tree with the jupyter_hvd to compare with")
     parser.add_argument("--round-trips", type=int, default=200)
+    parser.add_argument(
+        "--baseline-first",
+        action="store_true",
+        help="start the baseline's kernel first (which kernel starts first moved single runs here: run both orders)",
+    )
     args = parser.parse_args()
     setup_env()
-    kernels = {"this tree": start(HERE), f"baseline ({args.baseline})": start(args.baseline.resolve())}
+    trees = [("this tree", HERE), (f"baseline ({args.baseline})", args.baseline.resolve())]
+    kernels = dict((name, start(tree)) for name, tree in (reversed(trees) if args.baseline_first else trees))
+    kernels = {name: kernels[name] for name, _ in trees}
     cells: dict[str, list[float]] = {name: [] for name in kernels}
     over: dict[str, list[float]] = {name: [] for name in kernels}
     try:
         for k in kernels.values():  # warm-up
             k.run("%%hvd --no-plot\npass")
             k.run("pass")
-        for _ in range(args.round_trips):
-            for name, k in kernels.items():
+        for i in range(args.round_trips):
+            for name, k in sorted(kernels.items(), reverse=bool(i % 2)):  # each goes first in half the rounds
                 r = k.run("%%hvd --no-plot\npass")
                 plain = k.run("pass")
                 assert r.status == "ok", r.error_text

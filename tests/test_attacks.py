@@ -197,23 +197,25 @@ class RssWatch:
         return self.peak - self.before
 
 
-def listening(procs: list[psutil.Process], skip_ports: set[int]) -> list[str]:
-    """Every socket these processes listen on: TCP ports (but `skip_ports`) and unix sockets, as attacker targets."""
-    targets = set()
+def listening(procs: list[psutil.Process], skip_ports: set[int]) -> dict[str, str]:
+    """Every socket these processes listen on (TCP ports but `skip_ports`, and unix sockets), as attacker targets,
+    each with the name of the process that listens."""
+    targets = {}
     for p in procs:
         try:
+            name = p.name()
             for c in p.net_connections(kind="inet"):
                 if c.status == psutil.CONN_LISTEN and c.laddr.port not in skip_ports:
                     host = "127.0.0.1" if c.laddr.ip in ("0.0.0.0", "127.0.0.1") else c.laddr.ip
-                    targets.add(f"tcp:{host}:{c.laddr.port}")
+                    targets[f"tcp:{host}:{c.laddr.port}"] = name
             for c in p.net_connections(kind="unix"):
                 path = c.laddr
                 if path and c.status in (psutil.CONN_NONE, psutil.CONN_LISTEN) and not c.raddr:
                     abstract = path.startswith(("\0", "@"))
-                    targets.add(f"abstract:{path[1:]}" if abstract else f"ipc:{path}")
+                    targets[f"abstract:{path[1:]}" if abstract else f"ipc:{path}"] = name
         except psutil.Error:
             continue
-    return sorted(targets)
+    return dict(sorted(targets.items()))
 
 
 # ---- the attacks --------------------------------------------------------------------------------------------------
@@ -251,8 +253,10 @@ def test_junk_on_every_socket_of_the_pool_and_kernel(kpool, other_user):
     and the kernel listen on, beyond Jupyter's own: the pool still works and restarts, the kernel grows by less than
     64 MB, and %hvd_status counts what reached the cell channel."""
     info = kpool.info()
-    targets = listening(kpool.processes(), kpool.jupyter_ports())
-    print("kernel's own sockets:", listening([kpool.process], kpool.jupyter_ports()))
+    owners = listening(kpool.processes(), kpool.jupyter_ports())
+    targets = list(owners)
+    print("kernel's own sockets:", list(listening([kpool.process], kpool.jupyter_ports())))
+    print("TCP ports:", {t: owner for t, owner in owners.items() if t.startswith("tcp:")})
     channel = [f"ipc:{info['requests'][6:]}", f"ipc:{info['events'][6:]}"]
     assert set(channel) <= set(targets), (channel, targets)
     assert not [t for t in targets if t.startswith("abstract:")], f"abstract unix sockets take anyone: {targets}"
@@ -496,8 +500,11 @@ def test_a_second_jupyter_server_does_not_see_the_first_ones_pool(tmp_path):
         kc.load_connection_file()
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
-        reply = kc.execute_interactive("%load_ext jupyter_hvd\n%hvd_start -np 2", timeout=240, output_hook=lambda m: 0)
-        assert reply["content"]["status"] == "ok"
+        said: list[str] = []
+        reply = kc.execute_interactive(
+            "%load_ext jupyter_hvd\n%hvd_start -np 2", timeout=240, output_hook=lambda m: said.append(str(m["content"]))
+        )
+        assert reply["content"]["status"] == "ok", reply["content"].get("evalue")
         code, listing = call(f"{a}jupyter-hvd/pools", a_token)
         assert code == 200 and [p["kernel_id"] for p in listing["pools"]] == [kernel["id"]]
         pool_id = listing["pools"][0]["id"]

@@ -1,4 +1,5 @@
-"""The pool listens on loopback only, keeps its secrets owner-readable, and refuses unsigned messages."""
+"""The pool listens only where its owner can reach, keeps its secrets owner-readable, refuses unsigned messages, and
+caps what a rank can send."""
 
 from __future__ import annotations
 
@@ -13,16 +14,25 @@ import pytest
 from conftest import pool_processes
 
 
-def test_controller_and_engines_listen_on_loopback_only(pool):
-    listening = []
+def test_the_pool_listens_on_no_tcp_port_only_on_sockets_in_its_private_directory(pool):
+    """A pool on one host: the controller and the cell channel bind ipc sockets in the pool's 0700 directory, where
+    no other user can connect; no TCP port takes anyone's junk (but Open MPI's launcher's, see README)."""
+    tcp, unix = [], set()
     for p in pool_processes(pool.id):
         if p.name() in ("prterun", "mpiexec", "prted"):
             continue  # Open MPI's launcher daemon: its out-of-band channel is Open MPI's own (see README)
         for c in p.net_connections(kind="inet"):
             if c.status == psutil.CONN_LISTEN:
-                listening.append(c.laddr.ip)
-    assert listening, "the controller listens somewhere"
-    assert set(listening) <= {"127.0.0.1", "::1"}, listening
+                tcp.append((p.name(), c.laddr))
+        unix |= {c.laddr for c in p.net_connections(kind="unix") if c.laddr}
+    assert not tcp, tcp
+    directory = str(pool.directory)
+    controller = {path for path in unix if path.startswith(directory + "/ipp")}
+    assert len(controller) >= 5, unix  # registration, mux, task, control, iopub, ...
+    assert {str(pool.directory / "requests"), str(pool.directory / "events")} <= {
+        info[6:] for info in (pool.channel.info()["requests"], pool.channel.info()["events"])
+    }
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
 
 
 def test_connection_and_state_files_are_owner_only(pool):

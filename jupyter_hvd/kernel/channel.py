@@ -73,7 +73,7 @@ class CellChannel:
         # Per rank identity and socket (each is a stream of its own, in order): the number of its last message.
         self._last_seq: dict[tuple[bytes, bool], int] = {}
         self._senders: dict[bytes, int] = {}  # identity -> rank, this generation
-        self._trusted_fds: set[int] = set()  # connections that delivered a signed, fresh message
+        self._trusted_fds: set[int] = set()  # the ranks' connections (those that said a signed hello)
         self.dropped: collections.Counter[str] = collections.Counter()
         self.problems: list[tuple[int, str]] = []  # what failed on the ranks outside any cell's view (new first)
         self.rests: dict[int, Rested] = {}  # each rank's answer to the last rest request
@@ -142,13 +142,13 @@ class CellChannel:
         self._senders = {identity: rank for rank, identity in enumerate(self.identities)}
         self._last_seq = {}
 
-    def _open(self, frames: list[zmq.Frame], routed: bool = False) -> wire.Signed | None:
-        """The signed message of `frames` (from the request socket when `routed`) from a rank of this generation; None
-        (counted) for anything else."""
+    def _open(self, frames: list[Any], routed: bool = False) -> wire.Signed | None:
+        """The signed message of `frames` (bytes, or zmq Frames; from the request socket when `routed`) from a rank of
+        this generation; None (counted) for anything else."""
         if any(len(f) > wire.MAX_MESSAGE_BYTES for f in frames):  # bigger ones the socket refuses itself
             self.dropped["oversized"] += 1
             return None
-        signed = wire.unpack(self.key, [f.buffer for f in frames])
+        signed = wire.unpack(self.key, [getattr(f, "buffer", f) for f in frames])
         if signed is None:
             self.dropped["unsigned"] += 1
             return None
@@ -158,9 +158,6 @@ class CellChannel:
             self.dropped["replayed"] += 1
             return None
         self._last_seq[(signed.sender, routed)] = signed.seq
-        fd = frames[-1].get(zmq.SRCFD)
-        if fd >= 0:
-            self._trusted_fds.add(fd)
         return signed
 
     def wait_for_ranks(self, ranks: int, timeout: float) -> list[int]:
@@ -187,6 +184,7 @@ class CellChannel:
                 rank = signed.message.rank
                 if signed.sender == self._identity(rank) and (not routed or frames[0].bytes == signed.sender):
                     waiting.discard((rank, sock))
+                    self._trusted_fds.add(frames[-1].get(zmq.SRCFD))  # the rank's connection, for _read_monitors
         return sorted({rank for rank, _ in waiting})
 
     def _identity(self, rank: int) -> bytes | None:
@@ -214,7 +212,7 @@ class CellChannel:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                frames = self._events.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = self._events.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._poller.poll(max(1, int(left * 1000))):
