@@ -63,7 +63,9 @@ def report(name: str, rows: list[dict[str, Any]], columns: list[str], extra: dic
         print("  ".join(_fmt(r.get(c)).ljust(widths[c]) for c in columns))
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps({"machine": machine(), "rows": rows, **(extra or {})}, indent=2))
+    command = " ".join([".venv/bin/python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    record = {"machine": machine(), "command": command, "columns": columns, "rows": rows, **(extra or {})}
+    path.write_text(json.dumps(record, indent=2, default=str))
     print(f"-> {path}")
     return path
 

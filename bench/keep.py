@@ -7,7 +7,8 @@
 - training throughput with jupyter_hvd.commit() every 30 s against the same loop without, interleaved windows of
   --window seconds (the goal: at most 2% slower);
 - crash to trained again: rank 1 killed (SIGKILL) during training; from the kill until the next cell trains from the
-  restored snapshot (restart, setup replay, restore), against a plain %hvd_start of the same pool.
+  restored snapshot (restart, setup replay, restore), against a plain %hvd_start of the same pool, and against a
+  plain start followed by the setup cell and a first step (how a user got training again before, weights lost).
 
 Prints a table and writes bench/results/keep.json.
 """
@@ -133,6 +134,18 @@ def main() -> None:
             {"what": "  of which the next cell's first step", "value": f"{time.monotonic() - t_first:.1f} s"},
         ]
         extra["came_back"] = back.group(2) if back else crashed.error_text[-500:]
+        # Without the restore: a plain start, the setup cell again and a first step (and the training is lost).
+        run(k, "%hvd_stop")
+        t0 = time.monotonic()
+        run(k, "%hvd_start -np 2")
+        run(k, SETUP.format(hidden=hidden))
+        run(k, "%%hvd\nopt.zero_grad(); torch.nn.functional.mse_loss(model(x), y).backward(); opt.step()")
+        rows.append(
+            {
+                "what": "plain start + the setup cell + a first step (nothing restored)",
+                "value": f"{time.monotonic() - t0:.1f} s",
+            }
+        )
         run(k, "%hvd_stop")
     finally:
         k.shutdown()

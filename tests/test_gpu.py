@@ -24,3 +24,36 @@ def test_ranks_are_pinned_to_their_gpu_and_use_nccl(ip):
         assert torch.equal(res, torch.full((4,), float(sum(range(1, n + 1)))))
     finally:
         ip.run_line_magic("hvd_stop", "")
+
+
+SETUP = """torch.manual_seed(0)
+model = torch.nn.Linear(32, 4).to(device)
+opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters()), named_parameters=model.named_parameters())"""
+TRAIN = """for _ in range(3):
+    opt.zero_grad(); model(torch.ones(8, 32, device=device)).sum().backward(); opt.step()
+before = model.weight.detach().cpu().clone()"""
+CHECK = """after = model.weight.detach().cpu().clone()
+on = str(model.weight.device)
+steps = [float(s["step"]) for s in opt.state.values()]"""
+
+
+def test_a_kept_cuda_model_and_its_optimizer_come_back_after_a_restart(ip):
+    """Snapshots copy GPU tensors to the CPU; the restore loads them back into the rebuilt model on its GPU."""
+    from jupyter_hvd.kernel import pool as pools
+
+    ip.run_line_magic("hvd_start", "-np 1")
+    try:
+        ip.run_cell_magic("hvd", "--setup", SETUP)
+        ip.run_line_magic("hvd_keep", "model opt")
+        ip.run_cell_magic("hvd", "", TRAIN)
+        p = pools.current()
+        before = p.client[p.ranks[0].engine_id].pull("before", block=True)
+        ip.run_line_magic("hvd_restart", "")
+        p = pools.current()
+        ip.run_cell_magic("hvd", "", CHECK)
+        engine = p.client[p.ranks[0].engine_id]
+        assert torch.equal(engine.pull("after", block=True), before)
+        assert engine.pull("on", block=True).startswith("cuda")
+        assert engine.pull("steps", block=True) == [3.0, 3.0]
+    finally:
+        ip.run_line_magic("hvd_stop", "")

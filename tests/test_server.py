@@ -1,11 +1,13 @@
 """The sidebar's REST endpoints, on a real Jupyter server (pytest-jupyter's jp_fetch).
 
 Pools here are state files as a kernel writes them (owned by this test process, or by a process that has
-died); the browser test (test_sidebar_ui.py) drives the same endpoints with a real kernel and pool.
+died), each naming a real kernel of the test server's kernel manager (a server lists only its own kernels'
+pools); the browser test (test_sidebar_ui.py) drives the same endpoints with a real kernel and pool.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -38,8 +40,22 @@ def registry(jp_serverapp):
     return jp_serverapp.web_app.settings["jupyter_hvd_registry"]
 
 
-def write_pool(pool_id: str, kernel: psutil.Process, processes: list[psutil.Process] = (), **extra) -> Path:
-    """A pool file as a kernel's pool writes it."""
+@pytest.fixture
+def kernel_id(jp_serverapp, jp_asyncio_loop) -> str:
+    """A kernel of the test server: the kernel a pool file names."""
+    return jp_asyncio_loop.run_until_complete(jp_serverapp.kernel_manager.start_kernel(kernel_name="python3"))
+
+
+def started(p: psutil.Process) -> float:
+    """When `p` started, as a pool file records it."""
+    return state.started(p)
+
+
+def write_pool(
+    pool_id: str, kernel: psutil.Process, processes: list[psutil.Process] = (), kernel_id: str = "", **extra
+) -> Path:
+    """A pool file as a kernel's pool writes it; `kernel`: the process that plays the pool's kernel, `kernel_id`: the
+    server's id of the kernel."""
     path = state.pool_file(pool_id)
     state.write_json(
         path,
@@ -52,8 +68,9 @@ def write_pool(pool_id: str, kernel: psutil.Process, processes: list[psutil.Proc
             "hosts": ["localhost"],
             "cell": None,
             "kernel_pid": kernel.pid,
-            "kernel_started": kernel.create_time(),
-            "kernel_id": "k-1",
+            "kernel_started": getattr(kernel, "started", None) or started(kernel),
+            "kernel_id": kernel_id,
+            "boot_id": state.boot_id(),
             "notebook": "train.ipynb",
             "ranks": [
                 {
@@ -69,7 +86,7 @@ def write_pool(pool_id: str, kernel: psutil.Process, processes: list[psutil.Proc
                 }
                 for i in range(2)
             ],
-            "processes": [{"pid": p.pid, "create_time": p.create_time(), "role": "engine"} for p in processes],
+            "processes": [{"pid": p.pid, "create_time": started(p), "role": "engine"} for p in processes],
             **extra,
         },
     )
@@ -79,9 +96,9 @@ def write_pool(pool_id: str, kernel: psutil.Process, processes: list[psutil.Proc
 @pytest.fixture
 def dead_kernel() -> psutil.Process:
     """A process object whose process has exited: the kernel of a stale pool."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
     p = psutil.Process(proc.pid)
-    p.create_time()  # cached now, while it exists
+    p.started = started(p)  # read now, while it exists
     proc.wait()
     return p
 
@@ -95,8 +112,8 @@ def orphan():
     proc.wait()
 
 
-async def test_lists_every_pool_with_ages(jp_fetch, state_dir):
-    write_pool("hvd-1-1", psutil.Process())
+async def test_lists_every_pool_with_ages(jp_fetch, state_dir, kernel_id):
+    write_pool("hvd-1-1", psutil.Process(), kernel_id=kernel_id)
     resp = await jp_fetch("jupyter-hvd", "pools")
     body = json.loads(resp.body)
     assert [p["id"] for p in body["pools"]] == ["hvd-1-1"]
@@ -113,8 +130,8 @@ async def test_empty_listing(jp_fetch, state_dir):
     assert body["pools"] == []
 
 
-async def test_one_pool_and_unknown_pools(jp_fetch, state_dir):
-    write_pool("hvd-1-1", psutil.Process())
+async def test_one_pool_and_unknown_pools(jp_fetch, state_dir, kernel_id):
+    write_pool("hvd-1-1", psutil.Process(), kernel_id=kernel_id)
     body = json.loads((await jp_fetch("jupyter-hvd", "pools", "hvd-1-1")).body)
     assert body["id"] == "hvd-1-1" and len(body["ranks"]) == 2
     for unknown in ("hvd-9-9", "..%2F..%2Fetc", "pool-hvd-1-1.json"):
@@ -123,8 +140,8 @@ async def test_one_pool_and_unknown_pools(jp_fetch, state_dir):
         assert e.value.code == 404
 
 
-async def test_actions_reach_the_pools_kernel(jp_fetch, state_dir):
-    write_pool("hvd-1-1", psutil.Process())
+async def test_actions_reach_the_pools_kernel(jp_fetch, state_dir, kernel_id):
+    write_pool("hvd-1-1", psutil.Process(), kernel_id=kernel_id)
     for action in ("interrupt", "restart", "stop"):
         resp = await jp_fetch("jupyter-hvd", "pools", "hvd-1-1", action, method="POST", body="")
         assert resp.code == 202
@@ -139,8 +156,8 @@ async def test_actions_reach_the_pools_kernel(jp_fetch, state_dir):
     assert state.take_action("hvd-1-1") is None
 
 
-async def test_refused_without_the_servers_token(jp_fetch, jp_http_port, jp_base_url, state_dir):
-    write_pool("hvd-1-1", psutil.Process())
+async def test_refused_without_the_servers_token(jp_fetch, jp_http_port, jp_base_url, state_dir, kernel_id):
+    write_pool("hvd-1-1", psutil.Process(), kernel_id=kernel_id)
     client = tornado.httpclient.AsyncHTTPClient()
     base = f"http://localhost:{jp_http_port}{jp_base_url}jupyter-hvd/pools"
     for url, method in ((base, "GET"), (f"{base}/hvd-1-1", "GET"), (f"{base}/hvd-1-1/stop", "POST")):
@@ -154,8 +171,8 @@ async def test_refused_without_the_servers_token(jp_fetch, jp_http_port, jp_base
     assert state.take_action("hvd-1-1") is None
 
 
-async def test_stale_pool_is_shown_then_cleaned_up(jp_fetch, state_dir, registry, dead_kernel, orphan):
-    path = write_pool("hvd-2-2", dead_kernel, [orphan], state="running")
+async def test_stale_pool_is_shown_then_cleaned_up(jp_fetch, state_dir, registry, dead_kernel, orphan, kernel_id):
+    path = write_pool("hvd-2-2", dead_kernel, [orphan], kernel_id=kernel_id, state="running")
     body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
     pool = body["pools"][0]
     assert pool["stale"] and pool["state"] == "stale"
@@ -174,20 +191,20 @@ async def test_stale_pool_is_shown_then_cleaned_up(jp_fetch, state_dir, registry
     assert not orphan.is_running()
 
 
-async def test_stop_cleans_up_a_stale_pool_at_once(jp_fetch, state_dir, dead_kernel, orphan):
-    path = write_pool("hvd-3-3", dead_kernel, [orphan])
+async def test_stop_cleans_up_a_stale_pool_at_once(jp_fetch, state_dir, dead_kernel, orphan, kernel_id):
+    path = write_pool("hvd-3-3", dead_kernel, [orphan], kernel_id=kernel_id)
     resp = await jp_fetch("jupyter-hvd", "pools", "hvd-3-3", "stop", method="POST", body="")
     assert resp.code == 200 and json.loads(resp.body)["result"] == "cleaned"
     assert not path.exists()
     orphan.wait(timeout=10)
 
 
-async def test_reused_kernel_pid_counts_as_dead(jp_fetch, state_dir):
+async def test_reused_kernel_pid_counts_as_dead(jp_fetch, state_dir, kernel_id):
     me = psutil.Process()
-    path = write_pool("hvd-4-4", me)
+    path = write_pool("hvd-4-4", me, kernel_id=kernel_id)
     data = json.loads(path.read_text())
-    data["kernel_started"] = me.create_time() - 1000  # same pid, another process: the kernel is gone
-    path.write_text(json.dumps(data))
+    data["kernel_started"] = started(me) - 1000  # same pid, another process: the kernel is gone
+    state.write_json(path, data)
     body = json.loads((await jp_fetch("jupyter-hvd", "pools", "hvd-4-4")).body)
     assert body["stale"]
 
@@ -206,9 +223,11 @@ def test_state_dir_is_private(state_dir):
     assert oct(os.stat(state.pool_file("hvd-5-5")).st_mode & 0o777) == "0o600"
 
 
-async def test_browser_session_needs_the_xsrf_token(jp_fetch, jp_serverapp, jp_http_port, jp_base_url, state_dir):
+async def test_browser_session_needs_the_xsrf_token(
+    jp_fetch, jp_serverapp, jp_http_port, jp_base_url, state_dir, kernel_id
+):
     """Logged in by cookie (as a browser is), an action without the XSRF header is refused; with it, accepted."""
-    write_pool("hvd-6-6", psutil.Process())
+    write_pool("hvd-6-6", psutil.Process(), kernel_id=kernel_id)
     client = tornado.httpclient.AsyncHTTPClient()
     base = f"http://localhost:{jp_http_port}{jp_base_url}"
     # Opening a URL with ?token= logs the browser in: the server answers with its login cookie.
@@ -231,19 +250,28 @@ async def test_browser_session_needs_the_xsrf_token(jp_fetch, jp_serverapp, jp_h
     assert state.take_action("hvd-6-6") == "interrupt"
 
 
-async def test_pool_of_a_killed_kernel_is_stale_then_cleaned_up(jp_fetch, state_dir, registry):
-    """A real kernel with a real 2-rank pool dies with its reaper (kill -9 both): the sidebar shows the pool as
-    stale with dead ranks, and the server's clean-up leaves no controller, mpiexec or engine behind."""
-    from conftest import Kernel, wait_until_gone
+async def test_pool_of_a_killed_kernel_is_stale_then_cleaned_up(jp_fetch, jp_serverapp, state_dir, registry):
+    """A real kernel of this server with a real 2-rank pool dies with its reaper (kill -9 both): the sidebar shows the
+    pool as stale with dead ranks, and the server's clean-up leaves no controller, mpiexec or engine behind."""
+    from conftest import wait_until_gone
 
-    kernel = Kernel()
+    manager = jp_serverapp.kernel_manager
+    kernel_id = await manager.start_kernel(kernel_name="python3")
+    km = manager.get_kernel(kernel_id)
+    kc = km.client()
+    kc.start_channels()
     try:
-        started = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2", timeout=240)
-        assert started.status == "ok", started.error_text + started.stderr
+        await kc.wait_for_ready(timeout=60)
+        said: list[str] = []
+        reply = await kc.execute_interactive(
+            "%load_ext jupyter_hvd\n%hvd_start -np 2", timeout=240, output_hook=lambda m: said.append(str(m["content"]))
+        )
+        assert reply["content"]["status"] == "ok", said
         body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
         assert [p["state"] for p in body["pools"]] == ["idle"]
-        assert len(body["pools"][0]["ranks"]) == 2
-        kpid = kernel.pid
+        assert body["pools"][0]["kernel_id"] == kernel_id and len(body["pools"][0]["ranks"]) == 2
+        kpid = km.provisioner.process.pid
+        km.autorestart = False  # a restarted kernel would be alive again under the same id
         procs = psutil.Process(kpid).children(recursive=True)
         reapers = [p for p in procs if "jupyter_hvd.kernel.reaper" in " ".join(p.cmdline())]
         assert reapers, "the pool should have a reaper"
@@ -251,7 +279,7 @@ async def test_pool_of_a_killed_kernel_is_stale_then_cleaned_up(jp_fetch, state_
             p.kill()
         psutil.wait_procs(reapers, timeout=10)  # a killed reaper stays a zombie of the dead kernel: that is gone enough
         psutil.Process(kpid).kill()
-        kernel.km.provisioner.process.wait(timeout=10)  # reaped here: the kernel is this test's child
+        await asyncio.to_thread(psutil.wait_procs, [psutil.Process(kpid)], 10)
         body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
         pool = body["pools"][0]
         assert pool["state"] == "stale" and [r["state"] for r in pool["ranks"]] == ["dead", "dead"]
@@ -259,14 +287,74 @@ async def test_pool_of_a_killed_kernel_is_stale_then_cleaned_up(jp_fetch, state_
         registry.stale_grace_s = 0
         body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
         assert body["pools"] == []
-        assert wait_until_gone(f"hvd-{kpid}-") == []
+        assert await asyncio.to_thread(wait_until_gone, f"hvd-{kpid}-") == []
     finally:
-        kernel.kc.stop_channels()
+        kc.stop_channels()
         try:
-            kernel.km.shutdown_kernel(now=True)
+            await manager.shutdown_kernel(kernel_id, now=True)
         except Exception:
             pass
         kill_leftovers(state_dir)
+
+
+async def test_pools_of_other_servers_kernels_are_not_seen_nor_touched(jp_fetch, state_dir, registry, kernel_id):
+    """Another Jupyter server of the same user shares the runtime directory: its pools are neither listed, nor
+    stopped, nor cleaned up here, even when their kernel died."""
+    ours = write_pool("hvd-1-1", psutil.Process(), kernel_id=kernel_id)
+    theirs = write_pool("hvd-2-2", psutil.Process(), kernel_id="a-kernel-of-another-server")
+    body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
+    assert [p["id"] for p in body["pools"]] == ["hvd-1-1"]
+    for method, path in (("GET", ()), ("POST", ("stop",)), ("POST", ("interrupt",))):
+        with pytest.raises(tornado.httpclient.HTTPClientError) as e:
+            body = "" if method == "POST" else None
+            await jp_fetch("jupyter-hvd", "pools", "hvd-2-2", *path, method=method, body=body)
+        assert e.value.code == 404
+    assert state.take_action("hvd-2-2") is None
+    data = json.loads(theirs.read_text())
+    data["kernel_pid"] = 2**22 + 1  # their kernel died: still theirs to clean up
+    state.write_json(theirs, data)
+    registry.stale_grace_s = 0
+    await jp_fetch("jupyter-hvd", "pools")
+    assert theirs.exists() and ours.exists()
+
+
+async def test_pool_ids_come_from_file_names(jp_fetch, state_dir, kernel_id):
+    """A file whose content names another pool than its name is not a pool; names that are not pool ids never reach
+    a path."""
+    path = write_pool("hvd-7-7", psutil.Process(), kernel_id=kernel_id)
+    data = json.loads(path.read_text())
+    data["id"] = "hvd-8-8"
+    state.write_json(path, data)
+    body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
+    assert body["pools"] == []
+    for bad in ("..%2F..%2Fetc%2Fpasswd", "hvd-1-1%2F..%2Fx", "hvd-1-1.action"):
+        with pytest.raises(tornado.httpclient.HTTPClientError) as e:
+            await jp_fetch("jupyter-hvd", "pools", bad, "stop", method="POST", body="")
+        assert e.value.code == 404
+    assert sorted(p.name for p in state_dir.iterdir()) == ["pool-hvd-7-7.json"]
+
+
+async def test_listing_never_blocks_the_server(jp_fetch, state_dir, kernel_id, monkeypatch):
+    """Reading pool files and checking processes runs off the event loop: a slow listing leaves the server
+    answering."""
+    import threading
+
+    write_pool("hvd-1-1", psutil.Process(), kernel_id=kernel_id)
+    slow = threading.Event()
+    real = state.list_pools
+
+    def list_pools(*args, **kw):
+        slow.wait(3)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(state, "list_pools", list_pools)
+    listing = asyncio.ensure_future(jp_fetch("jupyter-hvd", "pools"))
+    await asyncio.sleep(0.2)
+    t0 = time.monotonic()
+    await jp_fetch("api", "status")
+    assert time.monotonic() - t0 < 1.0, "the server stopped answering while a listing was slow"
+    slow.set()
+    assert [p["id"] for p in json.loads((await listing).body)["pools"]] == ["hvd-1-1"]
 
 
 def kill_leftovers(state_dir: Path) -> None:

@@ -16,6 +16,7 @@ import json
 import shutil
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,8 +77,9 @@ def test_sidebar_shows_busy_ranks_interrupts_and_stops(lab: dict[str, object]) -
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
-def eight_rank_pool(state_dir: Path) -> dict[str, object]:
-    """A running 8-rank GPU pool's file as the kernel writes it, owned by this (live) test process."""
+def eight_rank_pool(state_dir: Path, kernel_id: str) -> dict[str, object]:
+    """A running 8-rank GPU pool's file as the kernel writes it, owned by this (live) test process, as the pool of
+    the server's kernel `kernel_id` (a server lists only its own kernels' pools)."""
     now, me = time.time(), psutil.Process()
     ranks = [
         {
@@ -117,8 +119,9 @@ def eight_rank_pool(state_dir: Path) -> dict[str, object]:
         "hosts": ["gpu-node-01"],
         "cell": "for epoch in range(100):",
         "kernel_pid": me.pid,
-        "kernel_started": me.create_time(),
-        "kernel_id": "layout-test-kernel",
+        "kernel_started": state.started(me),
+        "boot_id": state.boot_id(),
+        "kernel_id": kernel_id,
         "notebook": "train_resnet.ipynb",
         "ranks": ranks,
         "straggler": {"rank": 5, "ratio": 1.62, "message": "rank 5 is 1.6x slower than the others (41 ms per step)"},
@@ -131,10 +134,19 @@ def eight_rank_pool(state_dir: Path) -> dict[str, object]:
     return data
 
 
+def start_kernel(lab: dict) -> str:
+    """A kernel of the lab's server (through its REST API); its id."""
+    request = urllib.request.Request(
+        f"{lab['url']}api/kernels", data=b"{}", method="POST", headers={"Authorization": f"token {lab['token']}"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return json.loads(answer.read())["id"]
+
+
 def test_sidebar_fits_eight_ranks_and_shows_warnings(tmp_path: Path) -> None:
     """At the default width each of 8 ranks is one line, no figure is cut, and the pool's warnings are shown."""
     with jupyterlab(tmp_path, "empty.ipynb", ["1"]) as lab:
-        eight_rank_pool(Path(str(lab["state_dir"])))
+        eight_rank_pool(Path(str(lab["state_dir"])), start_kernel(lab))
         shutil.rmtree(LAYOUT_ARTIFACTS, ignore_errors=True)
         lab_url = f"{lab['url']}lab?token={lab['token']}"
         env = {"LAB_URL": lab_url, "RANKS": "8", "ARTIFACTS": str(LAYOUT_ARTIFACTS)}

@@ -338,3 +338,42 @@ def test_inside_an_allocation_the_pool_takes_it(slurm_cluster, tmp_path):
     assert result["totals"] == [3.0, 3.0]
     assert result["hosts"] == [slurm_cluster.host] * 2
     assert f"{slurm_cluster.host}:2" in result["mpiexec"]  # mpiexec --host node:2, from the allocation
+
+
+KILLED_DRIVER = """
+import json, os, signal, sys
+from IPython.testing.globalipapp import start_ipython
+ip = start_ipython()
+ip.run_line_magic("load_ext", "jupyter_hvd")
+from jupyter_hvd.kernel import pool as pools
+ip.run_line_magic("hvd_start", sys.argv[1])
+p = pools.current()
+print("@@ " + json.dumps({"job": p.launcher.slurm_job(), "file": str(p.file.path)}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # the kernel dies without stopping its pool
+"""
+
+
+def test_a_killed_kernels_slurm_job_is_cancelled_by_the_reaper(slurm_cluster, tmp_path):
+    """kill -9 of the kernel: its reaper cancels the engines' SLURM job (the pool file carries the job id)."""
+    script = tmp_path / "driver.py"
+    script.write_text(KILLED_DRIVER)
+    here = str(Path(__file__).resolve().parents[1])  # this tree's jupyter_hvd, in the driver, reaper and engines
+    slurm_cluster.env.update(
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        PATH=str(Path(sys.executable).parent) + ":" + slurm_cluster.env.get("PATH", ""),
+        PYTHONPATH=os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p),
+    )
+    start = f"--slurm -N 1 -np 2 --cpu --ip {SLURM_ADDR} --timeout 120"
+    done = slurm_cluster.exec(sys.executable, str(script), start, check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode == -signal.SIGKILL, said
+    result = json.loads(next(ln[3:] for ln in said.splitlines() if ln.startswith("@@ {")))
+    job = result["job"]
+    assert job, said
+    deadline = time.monotonic() + 60
+    while slurm_cluster.exec("squeue", "-h", "-j", job, check=False).stdout.strip():
+        assert time.monotonic() < deadline, f"SLURM job {job} still runs a minute after its kernel was killed"
+        time.sleep(1)
+    ctld_log = (slurm_cluster.root / "log" / "slurmctld.log").read_text()
+    assert f"REQUEST_KILL_JOB JobId={job}" in ctld_log
+    assert not Path(result["file"]).exists(), "the reaper removes the pool file once it has cleaned up"

@@ -18,9 +18,10 @@ from jupyter_hvd.server.registry import describe
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_TS = ROOT / "labextension" / "src" / "model.ts"
 
-# Pool fields the server keeps to itself: the sidebar never needs them (options, processes to reap) or gets
-# them as ages (kernel_started, updated). A new pool field must be sent to the sidebar or added here.
-NOT_FOR_THE_SIDEBAR = {"options", "kernel_started", "processes", "updated", "version"}
+# Pool fields the server keeps to itself: the sidebar never needs them (options, processes to reap, the SLURM job to
+# cancel, the boot their start times count from) or gets them as ages (kernel_started, updated). A new pool field
+# must be sent to the sidebar or added here.
+NOT_FOR_THE_SIDEBAR = {"options", "kernel_started", "processes", "slurm_job", "boot_id", "updated", "version"}
 
 
 def ts_interface(name: str, source: str | None = None) -> set[str]:

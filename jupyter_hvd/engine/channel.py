@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import zmq
@@ -32,6 +33,7 @@ from ..wire import (
     Join,
     Joined,
     Keep,
+    Metrics,
     Output,
     Ping,
     Pong,
@@ -45,6 +47,8 @@ from . import collectives, idle, keep, outbox, runner
 
 # Output after a quiet spell leaves at once (leading edge); under load one message per stream per FLUSH_S at most.
 FLUSH_S = 0.02
+OUTPUT_CHUNK = 2**20  # characters of output per message (at most 4 bytes each: below wire.MAX_MESSAGE_BYTES)
+DISPLAY_BYTES_PER_CELL = 64 * 2**20  # displays of one cell beyond this are replaced by a note
 
 
 class Channel:
@@ -53,15 +57,26 @@ class Channel:
     def __init__(self, info: dict[str, Any], rank: int) -> None:
         self.key = bytes.fromhex(info["key"])
         self.rank = rank
+        self.identity = info["identities"][rank].encode()  # drawn by the kernel for this start: its address for us
         self.cell: int | None = None  # the cell running now, if one is
         self.count: int | None = None  # its execution count in the notebook
+        self._sent = 0  # the number of the last event sent (wire.pack's seq; each socket counts on its own)
+        self._kernel_seq = 0  # the number of the last request taken: an older one is a replay
+        self._display_bytes = 0  # displays sent by the running cell
         ctx = zmq.Context.instance()
         self._requests = ctx.socket(zmq.DEALER)
-        self._requests.setsockopt(zmq.IDENTITY, wire.identity(info["generation"], rank))
+        self._requests.setsockopt(zmq.IDENTITY, self.identity)
         self._requests.setsockopt(zmq.LINGER, 0)
-        self._requests.connect(info["requests"])
+        self._requests.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES + 2**16)
+        self._requests.setsockopt(zmq.RCVHWM, 1000)  # from the kernel only: a cell, its join, a rest, pings
         self._events = ctx.socket(zmq.PUSH)
         self._events.setsockopt(zmq.LINGER, 2000)
+        for sock in (self._requests, self._events):
+            if info.get("curve"):  # TCP between hosts: encrypted, and the kernel admits only this pool's key
+                sock.curve_serverkey = info["curve"]["server"].encode()
+                sock.curve_publickey = info["curve"]["public"].encode()
+                sock.curve_secretkey = info["curve"]["secret"].encode()
+        self._requests.connect(info["requests"])
         self._events.connect(info["events"])
         self._send_lock = threading.Lock()  # the events socket is shared by the main, flusher and metrics threads
         self._output_lock = threading.Lock()  # queued output is taken by one sender at a time, in order
@@ -74,8 +89,11 @@ class Channel:
         threading.excepthook = self._thread_raised
         self._route_native_output()
         self._route_displays()
-        # The DEALER says hello itself: the kernel's ROUTER can address it from then on.
-        self._requests.send_multipart(wire.pack(self.key, wire.Hello(rank, os.getpid())))
+        # The DEALER says hello itself: the kernel's ROUTER can address it from then on. The events socket says it
+        # too, so the kernel knows both ways work before the first cell.
+        hello = wire.Hello(rank, os.getpid())
+        self._requests.send_multipart(wire.pack(self.key, hello, self.identity, 1))  # its only message there
+        self.send(hello)
 
     def listen(self) -> None:
         """Handle requests on this thread's event loop (ipykernel's main loop: call from the main thread)."""
@@ -87,7 +105,11 @@ class Channel:
     # ---- requests ------------------------------------------------------------------------------------------
 
     def _on_request(self, frames: list[bytes]) -> None:
-        message = wire.unpack(self.key, frames)
+        signed = wire.unpack(self.key, frames)
+        if signed is None or signed.sender != wire.KERNEL or signed.seq <= self._kernel_seq:
+            return  # not from this pool's kernel (unsigned, of another version) or a replay: dropped
+        self._kernel_seq = signed.seq
+        message = signed.message
         if isinstance(message, RunCell):
             self._run_cell(message)
         elif isinstance(message, Join):
@@ -107,11 +129,11 @@ class Channel:
             failed = _interruptible(keep.snapshot, message.count, True)
             if isinstance(failed, dict) and failed.get("error"):
                 self.problem(f"the snapshot of the kept names failed: {failed['error']['evalue']}")
-        # anything else is not from this pool's kernel (unsigned, or of another version): dropped
 
     def _run_cell(self, request: RunCell) -> None:
         self.cell = request.cell
         self.count = request.count
+        self._display_bytes = 0
         out = _CellText(self, "stdout")
         err = _CellText(self, "stderr")
         record = _interruptible(
@@ -138,9 +160,15 @@ class Channel:
         """Send one event to the kernel (from any thread)."""
         if self._forked:
             return  # a child of os.fork() in a cell: the kernel talks to the engine, not to its children
-        frames = wire.pack(self.key, event)
-        with self._send_lock:
-            self._events.send_multipart(frames)
+        with self._send_lock:  # numbered in the order sent: the kernel drops a number it has seen as a replay
+            self._sent += 1
+            frames = wire.pack(self.key, event, self.identity, self._sent)
+            if len(frames[1]) <= wire.MAX_MESSAGE_BYTES:
+                self._events.send_multipart(frames)
+                return
+            self._sent -= 1
+        for smaller in _within_limit(event, len(frames[1])):  # the kernel's socket would refuse it
+            self.send(smaller)
 
     _sent_at = 0.0  # when output last left (monotonic): the throttle's leading edge is FLUSH_S after it
 
@@ -159,7 +187,8 @@ class Channel:
                     text = "".join(parts[:n])
                     del parts[:n]
                     self._sent_at = time.monotonic()
-                    self.send(Output(self.rank, self.cell, name, text))
+                    for start in range(0, len(text), OUTPUT_CHUNK):  # one message stays well below the limit
+                        self.send(Output(self.rank, self.cell, name, text[start : start + OUTPUT_CHUNK]))
 
     def _flush_loop(self) -> None:
         while True:
@@ -244,6 +273,9 @@ class Channel:
                     original(data, metadata, *args, **kw)
                     return
                 self.send_output()
+                self._display_bytes += sum(len(v) if isinstance(v, (str, bytes)) else 64 for v in data.values())
+                if self._display_bytes > DISPLAY_BYTES_PER_CELL:
+                    data, metadata = {"text/plain": _DISPLAY_CAP_NOTE}, {}
                 self.send(Display(self.rank, self.cell, data, metadata or {}))
 
             return publish
@@ -278,6 +310,28 @@ def _interruptible(fn: Any, *args: Any) -> Any:
         return {"ok": False, "error": runner.describe_exception(exc)}
     finally:
         signal.signal(signal.SIGINT, saved)
+
+
+_DISPLAY_CAP_NOTE = f"[jupyter-hvd] more displays than {DISPLAY_BYTES_PER_CELL // 2**20} MB in one cell: not shown"
+
+
+def _within_limit(event: wire.Event, size: int) -> list[wire.Event]:
+    """`event` as messages below wire.MAX_MESSAGE_BYTES: split in two where it is a list of records or text, else a
+    stand-in that says what was too big (a cell's end always arrives, so the kernel never waits for it)."""
+    mb = f"{size / 2**20:.0f} MB, above the cell channel's {wire.MAX_MESSAGE_BYTES // 2**20} MB"
+    if isinstance(event, Metrics) and len(event.records) > 1:
+        half = len(event.records) // 2
+        return [replace(event, records=event.records[:half]), replace(event, records=event.records[half:])]
+    if isinstance(event, Output) and len(event.text) > 1:
+        half = len(event.text) // 2
+        return [replace(event, text=event.text[:half]), replace(event, text=event.text[half:])]
+    if isinstance(event, Display):
+        return [replace(event, data={"text/plain": f"[jupyter-hvd] a display of {mb} was not sent"}, metadata={})]
+    if isinstance(event, CellEnded):
+        error = wire.ErrorInfo(ename="ValueError", evalue=f"the cell's result was {mb}: use %hvd_pull for big values")
+        record = CellRecord(rank=event.rank, ok=False, error=error, seconds=event.record.seconds)
+        return [replace(event, record=record)]
+    return [Problem(event.rank, getattr(event, "cell", None), f"a {type(event).__name__} message of {mb} was dropped")]
 
 
 def connect(info: dict[str, Any], rank: int) -> None:

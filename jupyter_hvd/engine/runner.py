@@ -22,6 +22,8 @@ from ..wire import CellRecord, ErrorInfo
 from . import collectives, idle
 
 TAIL_LINES = 20  # kept per rank for error context and the pool status, even when output is not shown
+VALUE_BYTES = 4 * 2**20  # a cell's last value above this (pickled) is shown by its repr; the channel takes 8 MB
+TEXT_CHARS = 100_000  # an error's message or traceback, or a value's repr, is cut here
 
 
 class CellStream(io.TextIOBase):
@@ -49,7 +51,9 @@ class CellStream(io.TextIOBase):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
         n = s.count("\n")
         if self._show and self.lines < self._max_lines and self.chars < self._max_chars:
-            self._target.write(s)
+            shown = s[: self._max_chars - self.chars]  # one huge write must not cross the budget either
+            self._target.write(shown)
+            self.dropped += n - shown.count("\n")
         else:
             self.dropped += n
         self.lines += n
@@ -91,11 +95,20 @@ def _split_last_expression(src: str, filename: str) -> tuple[Any, Any]:
 
 
 def _pickled(value: Any) -> bytes:
-    """The cell's value as the kernel unpickles it; its repr where it cannot be pickled."""
+    """The cell's value as the kernel unpickles it; its repr where it cannot be pickled or is too big to send."""
     try:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
-        return pickle.dumps(_Repr(repr(value)))
+        return pickle.dumps(_Repr(_capped(repr(value))))
+    if len(data) <= VALUE_BYTES:
+        return data
+    note = f"\n[jupyter-hvd] the value is {len(data) / 2**20:.0f} MB: shown by its repr; %hvd_pull fetches big values"
+    return pickle.dumps(_Repr(_capped(repr(value)) + note))
+
+
+def _capped(text: str, limit: int = TEXT_CHARS) -> str:
+    """`text`, cut to `limit` characters with a note saying how much was left out."""
+    return text if len(text) <= limit else f"{text[:limit]}... [{len(text) - limit} more characters]"
 
 
 class _Repr(str):
@@ -166,7 +179,9 @@ def describe_exception(exc: BaseException) -> ErrorInfo:
     for frame in traceback.extract_tb(tb):
         if frame.filename.startswith("<hvd-cell-"):  # the innermost line of the user's cell
             where = f"line {frame.lineno}: {(frame.line or '').strip()}"
-    return ErrorInfo(ename=type(exc).__name__, evalue=str(exc), traceback="".join(lines), where=where)
+    return ErrorInfo(
+        ename=type(exc).__name__, evalue=_capped(str(exc)), traceback=_capped("".join(lines)), where=_capped(where, 400)
+    )
 
 
 def leave_collectives() -> dict[str, Any]:

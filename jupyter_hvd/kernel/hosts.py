@@ -241,7 +241,7 @@ def launch_processes(pool_id: str) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter():
         try:
-            if p.environ().get("JUPYTER_HVD_POOL") == pool_id:
+            if p.uids().real == os.getuid() and p.environ().get("JUPYTER_HVD_POOL") == pool_id:
                 found.append(p)
         except psutil.Error:
             continue

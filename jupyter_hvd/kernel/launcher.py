@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import psutil
 
 from .. import state
 from . import hosts, slurm
+from .channel import IPC_PATH_MAX
 from .errors import PoolError
 from .options import HvdPool, setting
 from .ranks import Rank, format_ranks
@@ -136,15 +138,39 @@ class Launcher:
         except ValueError as exc:
             raise PoolError(str(exc), "Give the address with --ip, e.g. %hvd_start ... --ip 10.0.0.5") from None
 
+    def encrypted(self) -> bool:
+        """Whether the pool listens on TCP, encrypted (ZeroMQ CURVE): with other hosts, or where the pool's private
+        directory is too deep for ipc socket names; a pool on this host otherwise uses ipc sockets there."""
+        longest = state.pool_directory(self.pool_id) / "ipp:65535"
+        return self.options.multi_host() or len(str(longest)) > IPC_PATH_MAX
+
+    def _controller_args(self) -> list[str]:
+        args = hosts.MULTI_HOST_CONTROLLER_ARGS if self.options.multi_host() else LOCAL_CONTROLLER_ARGS
+        if not self.encrypted():
+            return list(args)
+        # ipyparallel's CURVE, and its message signing kept (it drops the signing key when CURVE is switched on
+        # alone): both set in one config file in the pool's private directory, so the key is on no command line.
+        config = state.pool_directory(self.pool_id) / "ipcontroller_config.py"
+        state.write_private(config, f"c.IPController.enable_curve = True\nc.Session.key = b'{secrets.token_hex(32)}'\n")
+        return [*args, f"--config={config}"]
+
     def start_controller(self) -> str:
-        """Start the ipyparallel controller; returns the address it listens on."""
+        """Start the ipyparallel controller; returns the address the pool listens on (127.0.0.1 for one host)."""
+        ip = self.controller_ip()
+        where, args, kwargs = ip, self._controller_args(), {}
+        if not self.encrypted():
+            # One host: ipc sockets in the pool's private directory (0700), where no other user can send it junk
+            # (kernel/controller.py says what loopback TCP let through).
+            where = str(state.pool_directory(self.pool_id) / "ipp")
+            args.append("--IPController.transport=ipc")
+            kwargs["controller_cmd"] = [sys.executable, "-m", "jupyter_hvd.kernel.controller"]
         self.cluster = ipp.Cluster(
             n=self.options.np,
             cluster_id=self.pool_id,
             engine_launcher_class=slurm.ENGINE_LAUNCHER if self.options.slurm_nodes else "mpi",
-            # Loopback only unless hosts are given; then only the one interface the hosts reach us on.
-            controller_ip=self.controller_ip(),
-            controller_args=hosts.MULTI_HOST_CONTROLLER_ARGS if self.options.multi_host() else LOCAL_CONTROLLER_ARGS,
+            # Hosts given: only the one interface the hosts reach us on.
+            controller_ip=where,
+            controller_args=args,
             delay=0,
             log=_launcher_log,
             engine_timeout=int(self.options.timeout),
@@ -153,9 +179,9 @@ class Launcher:
             # them while the controller is still starting (about 1 s here), instead of after.
             send_engines_connection_env=self.options.multi_host(),
         )
-        self.cluster.start_controller_sync()
+        self.cluster.start_controller_sync(**kwargs)
         self.recorded()
-        return str(self.cluster.controller_ip)
+        return ip
 
     def start_engines(self, env: dict[str, str]) -> list[int]:
         """Launch the engines under mpiexec with `env` and wait until all registered; their engine ids."""
@@ -183,8 +209,10 @@ class Launcher:
             launcher_kwargs = {"mpi_cmd": [find_mpiexec()], "mpi_args": mpi_args, "environment": env}
         launcher_kwargs["engine_cmd"] = [sys.executable, "-m", "jupyter_hvd.engine.main"]
         if not opts.multi_host():
-            # Local ranks are signalled by pid; a nanny per engine would only add a process to start.
-            launcher_kwargs["engine_args"] = ["--IPEngine.enable_nanny=False"]
+            # Local ranks are signalled by pid; a nanny per engine would only add a process to start. Nor do they
+            # watch the controller's heartbeat (the reaper ends them with it): that watch listens on loopback TCP,
+            # where any local user could feed it.
+            launcher_kwargs["engine_args"] = ["--IPEngine.enable_nanny=False", "--IPEngine.max_heartbeat_misses=0"]
         self._engine_set = self.cluster.start_engines_sync(n=opts.np, **launcher_kwargs)
         self.recorded()
         if self.client is None:
@@ -198,6 +226,11 @@ class Launcher:
                 exc.hint += hosts.unreachable_hint(self.mpiexec_output(200), opts.host_list())
             raise
         return self.new_engine_ids()[: opts.np]
+
+    def slurm_job(self) -> str:
+        """The SLURM job running the engines (--slurm), once submitted; "" otherwise."""
+        engines = self.engine_set() if self.options.slurm_nodes else None
+        return str(getattr(engines, "job_id", "") or "")
 
     def engine_set(self) -> Any:
         """ipyparallel's launcher of the engines (mpiexec, or the SLURM job), once they were launched."""
@@ -321,9 +354,9 @@ class Launcher:
                 continue
             try:
                 p = psutil.Process(pid)
-                procs.append({"pid": pid, "create_time": p.create_time(), "role": role})
+                procs.append({"pid": pid, "create_time": state.started(p), "role": role})
                 for c in p.children(recursive=True):
-                    procs.append({"pid": c.pid, "create_time": c.create_time(), "role": f"{role}-child"})
+                    procs.append({"pid": c.pid, "create_time": state.started(c), "role": f"{role}-child"})
             except psutil.Error:
                 continue
         return procs

@@ -268,6 +268,9 @@ class HvdMagics(Magics):
             print(f"Setup journal: {len(pool.keeper.journal)} cells, replayed after a restart (%hvd_setup lists them).")
         if pool.keeper.names:
             print(pool.keeper.listing())
+        dropped = pool.channel.dropped_text() if pool.channel is not None else ""
+        if dropped:
+            print(dropped)
         for problem in pool.problems()[:5]:
             print(f"problem: {problem.splitlines()[0][:200]}")
 

@@ -24,6 +24,9 @@ from ..widgets import VIEW_MODES
 from . import hosts, slurm
 
 OPS = ("auto", "nccl", "mpi")
+# CPU ranks this host runs per core without --oversubscribe: more than one per core is useful (each gets fewer torch
+# threads), thousands would only exhaust the machine's memory and processes.
+CPU_RANKS_PER_CORE = 4
 CONFIG_FILE = "jupyter_hvd_config"  # .py or .json, in each of jupyter_core's config directories
 
 # Environment variables of earlier releases, read for one more release with a warning.
@@ -136,6 +139,14 @@ class HvdPool(Configurable):
             raise ValueError("--slurm needs the number of nodes: %hvd_start --slurm -N 2 --gpus-per-node 4")
         hosts.check_slots(self.host_list(), self.np, self.oversubscribe)
         slurm.check_options(self)
+        cores = os.cpu_count() or 1
+        if not self.multi_host() and not self.oversubscribe and self.np > cores * CPU_RANKS_PER_CORE:
+            limit = cores * CPU_RANKS_PER_CORE
+            raise ValueError(
+                f"-np {self.np} asks for more ranks than this host runs: {cores} cores x {CPU_RANKS_PER_CORE} = "
+                f"{limit} ranks at most. Use -np {min(limit, 2 * cores)}, name other hosts with -H, or add "
+                "--oversubscribe if you mean it."
+            )
 
     def horovod_env(self) -> dict[str, str]:
         """Environment the engines read before `hvd.init()`: Horovod's knobs, then the user's --env."""

@@ -115,12 +115,15 @@ class Pool:
             )
         if options.ops == "nccl" and not gpus:
             raise PoolError("--ops nccl needs GPUs, and this host has none.", "Use --ops mpi (or auto).")
-        pool = cls(options)
+        try:
+            pool = cls(options)
+        except state.UnsafeStateDir as exc:
+            raise PoolError(str(exc)) from None
         pool.file.write(pool)
         pool.launcher.spawn_reaper()
         try:
             ip = pool.launcher.start_controller()
-            pool.channel = CellChannel(ip)
+            pool.channel = CellChannel(pool.directory, ip, curve=pool.launcher.encrypted())
             pool._start_engines()
         except BaseException:
             with deferred_interrupts():  # a second Ctrl-C must not leave half of the processes behind
@@ -134,6 +137,7 @@ class Pool:
     def _record_processes(self) -> None:
         """The set of processes changed: the pool file must name them now (the reaper relies on it)."""
         self.file.processes = self.launcher.processes()
+        self.file.slurm_job = self.launcher.slurm_job()
         self.file.write(self)
 
     def _start_engines(self) -> None:
@@ -146,7 +150,7 @@ class Pool:
     def _bootstrap(self, ids: list[int], env: dict[str, str], device: str) -> None:
         assert self.client is not None and self.channel is not None
         view = self.client[ids]
-        self.channel.new_generation()
+        self.channel.new_generation(len(ids))
         ar = view.apply_async(wire.call, "bootstrap.start", env, device, self.channel.info())
         try:
             rows = ar.get(timeout=self.options.timeout)
@@ -221,8 +225,12 @@ class Pool:
         written is not lost. A restart that fails stops the whole pool (half a pool would fail every later cell in
         a new way); the options stay, for %hvd_restart.
         """
-        if planned and self.channel is not None and self.ranks and not self.dead_ranks():
-            self.channel.settle(len(self.ranks), timeout=30.0)
+        with self.lock:  # the watcher reads the channel between cells: not while the new engines say hello
+            if planned and self.channel is not None and self.ranks and not self.dead_ranks():
+                self.channel.settle(len(self.ranks), timeout=30.0)
+            return self._restart()
+
+    def _restart(self) -> str:
         self.set_state("restarting", publish=False)
         self.file.write(self)
         self.launcher.stop_engines(self.ranks)
@@ -264,9 +272,10 @@ class Pool:
         self.launcher.stop(self.ranks)
         self.ranks = []
         self.view = None
-        if self.channel is not None:
-            self.channel.close()
-            self.channel = None
+        with self.lock:  # not while the watcher reads it
+            if self.channel is not None:
+                self.channel.close()
+                self.channel = None
         self.file.remove()
         if not keep_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
@@ -366,6 +375,17 @@ class Pool:
         finally:
             self.lock.release()
         return self.resting
+
+    def read_channel(self) -> None:
+        """Read what reached the cell channel while no cell runs (called by the watcher): nothing piles up in the
+        kernel, and junk is counted for %hvd_status."""
+        if self.channel is None or not self.lock.acquire(blocking=False):
+            return  # a cell (or a start) reads it meanwhile
+        try:
+            if self.channel is not None and self.state == "idle":
+                self.channel.drain()
+        finally:
+            self.lock.release()
 
     def table(self) -> str:
         """The pool's ranks as a fixed-width text table."""

@@ -45,6 +45,7 @@ class PoolFile:
         self.nonfinite: state.Nonfinite | None = None  # where a metric of the running or last cell became NaN/Inf
         self.straggler: state.Straggler | None = None  # the rank that set the pace of the running or last cell
         self.processes: list[dict[str, Any]] = []
+        self.slurm_job = ""  # the engines' SLURM job, for the reaper to cancel if the kernel dies
         self._lock = threading.Lock()
         self._identity = state.kernel_identity()
         self.poke: Callable[[], None] | None = None  # the watcher's: write soon, from its thread
@@ -86,6 +87,7 @@ class PoolFile:
                 hosts=sorted({r.host for r in pool.ranks}),
                 ranks=ranks,
                 processes=[state.ProcessEntry(**p) for p in self.processes],
+                slurm_job=self.slurm_job,
                 cell=pool.busy_cell,
                 problems=self.problems(pool),
                 nonfinite=self.nonfinite,

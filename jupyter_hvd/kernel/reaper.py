@@ -1,8 +1,9 @@
-"""Kills a pool's processes when the kernel that owns it dies without stopping it.
+"""Ends a pool's processes (and its SLURM job) when the kernel that owns it dies without stopping it.
 
 Started by the kernel with a pipe on stdin and its own session (so a Ctrl-C in the kernel cannot reach
-it). The pipe reaches EOF when the kernel exits for any reason, `kill -9` included; the reaper then kills
-what the pool's state file names (controller, mpiexec, engines and their children) and removes the file.
+it). The pipe reaches EOF when the kernel exits for any reason, `kill -9` included; the reaper then cancels
+the engines' SLURM job (scancel) and kills what the pool's state file names (controller, mpiexec, engines and
+their children, each recognised by its exact start time, never by the wall clock), and removes the file.
 A pool that was stopped cleanly has removed its file already, and the reaper just exits.
 """
 
@@ -11,26 +12,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import psutil
-
 from jupyter_hvd import state
 
 
 def reap(path: Path) -> int:
-    """Kill every live process recorded in the state file at `path`; return how many were found."""
+    """End what the state file at `path` names (SLURM job, processes); return how many processes were found."""
     data = state.read_pool(path)
     if data is None:
         return 0
-    roots = state.recorded_processes(data)
-    procs = list(roots)
-    for p in roots:
-        try:
-            procs += p.children(recursive=True)
-        except psutil.Error:
-            pass
-    state.kill_processes(procs)
-    state.remove(path)
-    return len(procs)
+    return state.clean_up(path, data)
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 from typing import Any
 
 from .. import wire
@@ -94,11 +95,16 @@ def _restore(pool: Pool) -> str:
     return "; ".join(said) or "nothing was kept in the last snapshot"
 
 
+def kept_directory(pool: Pool) -> Path:
+    """Where rank 0 writes the snapshots: in the pool's private directory (beside its channel's sockets)."""
+    return pool.directory / "kept"
+
+
 def configure(pool: Pool) -> None:
     """Tell every rank what to keep and where its snapshots go."""
     if pool.channel is None:
         return
-    request = wire.Keep(list(pool.keeper.names), str(pool.directory))
+    request = wire.Keep(list(pool.keeper.names), str(kept_directory(pool)))
     for r in pool.ranks:
         pool.channel.send(r.rank, request)
 
@@ -109,13 +115,13 @@ def restart(pool: Pool, fresh: bool = False) -> tuple[Pool, str]:
     Returns the running pool and what came back."""
     if fresh:
         pool.keeper.clear()
-        shutil.rmtree(pool.directory, ignore_errors=True)
-        pool.directory.mkdir(mode=0o700, exist_ok=True)
+        shutil.rmtree(kept_directory(pool), ignore_errors=True)
     if pool.stopped:
         old = pool
         pool = Pool.start(old.options)
         pool.keeper = old.keeper  # what the old pool kept comes back on the new one
-        shutil.copytree(old.directory, pool.directory, dirs_exist_ok=True)
+        if kept_directory(old).is_dir():
+            shutil.copytree(kept_directory(old), kept_directory(pool), dirs_exist_ok=True)
         shutil.rmtree(old.directory, ignore_errors=True)
         pool.bring_back = bring_back
         set_current(pool)

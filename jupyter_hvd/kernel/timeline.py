@@ -22,6 +22,8 @@ from .pool import Pool
 
 TIMELINE_DIR = "hvd_timelines"  # beside the notebook (the kernel's working directory)
 TOP_TENSORS = 10
+# A trace's JSON takes about ten times its size in Python objects: bigger traces are left to a trace viewer.
+READ_MAX_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -190,7 +192,7 @@ def _read(pool: Pool, where: dict[str, Any]) -> str:
     path = where["path"]
     if where.get("host") == socket.gethostname() and os.path.exists(path):
         with open(path, encoding="utf-8") as f:
-            return f.read()
+            return f.read(READ_MAX_BYTES + 1)  # the file may have grown since its size was checked
     # Rank 0 runs on another host: fetch its file and keep a copy at the same path here.
     assert pool.client is not None
     text = pool.client[pool.ranks[0].engine_id].apply_async(wire.call, "timeline.read", path).get(timeout=60)
@@ -212,6 +214,13 @@ def _stop_and_show(pool: Pool, path: str, engines: list[int]) -> None:
     where = next(r for r in rows if r.get("rank") == 0)
     if not where.get("bytes"):
         print(f"Horovod wrote no timeline to {path}.")
+        return
+    if where["bytes"] > READ_MAX_BYTES:
+        print(
+            f"Horovod's timeline of this cell is {where['bytes'] / 2**20:.0f} MB, more than the "
+            f"{READ_MAX_BYTES // 2**20} MB the notebook summarises: open {path} in https://ui.perfetto.dev, or record "
+            "a shorter cell."
+        )
         return
     summary = summarize(load_trace(_read(pool, where)))
     print(format_summary(summary, path, len(pool.ranks)), flush=True)

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import ipyparallel as ipp
+import psutil
 
 from .. import wire
 from .pool import Pool
@@ -162,6 +163,13 @@ def pull(pool: Pool, name: str, rank: int = 0, timeout: float | None = None) -> 
             raise TransferError(
                 f"{name} cannot be fetched from {where}: {_why(Exception(info['evalue']))} "
                 f"({info['ename']}: {info['evalue']})"
+            )
+        free = psutil.virtual_memory().available
+        if info["nbytes"] > free // 2:  # the frames, then the rebuilt value: room for both, and for the rest
+            raise TransferError(
+                f"{name} on {where} is {size_text(info['nbytes'])}, and this machine has {size_text(free)} free: "
+                "pulling it could exhaust the notebook kernel's memory. Pull a part of it, or save it to a file "
+                "on the rank (torch.save) instead."
             )
         if info["nbytes"] > ANNOUNCE_BYTES:
             print(f"pulling {name} from {where}: {size_text(info['nbytes'])}...", flush=True)

@@ -81,6 +81,8 @@ class Watched(Protocol):
 
     def rest_if_idle(self) -> bool: ...
 
+    def read_channel(self) -> None: ...
+
     def write_file(self) -> None: ...
 
 
@@ -143,6 +145,7 @@ class PoolWatcher(threading.Thread):
                 if self._stopped.is_set():
                     return
             self.pool.update_rank_stats(self.sample(), publish=False)
+            self.pool.read_channel()
             self.pool.rest_if_idle()
         self.pool.write_file()
 

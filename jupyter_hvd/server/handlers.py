@@ -1,6 +1,7 @@
-"""REST endpoints of the sidebar, all behind the Jupyter server's authentication and XSRF checks.
+"""REST endpoints of the sidebar, all behind the Jupyter server's authentication and XSRF checks. They see only the
+pools of this server's kernels; file reads and process checks run in a worker thread, off the event loop.
 
-GET  /jupyter-hvd/pools                  every pool: {"pools": [...], "now": epoch s}
+GET  /jupyter-hvd/pools                  every pool of this server: {"pools": [...], "now": epoch s}
 GET  /jupyter-hvd/pools/<id>             one pool (404 if unknown)
 POST /jupyter-hvd/pools/<id>/<action>    interrupt | restart | stop (202; 404 unknown pool; 400 bad action)
 """
@@ -29,6 +30,10 @@ class _PoolHandler(APIHandler):
     def registry(self) -> PoolRegistry:
         return self.settings["jupyter_hvd_registry"]
 
+    def kernel_ids(self) -> list[str]:
+        """This server's kernels (read here, on the event loop, where the kernel manager lives)."""
+        return list(self.kernel_manager.list_kernel_ids())
+
     async def notebooks(self) -> dict[str, str]:
         """kernel id -> notebook path, from the server's sessions (a kernel knows its notebook only sometimes)."""
         try:
@@ -43,7 +48,7 @@ class PoolsHandler(_PoolHandler):
     @authorized
     async def get(self) -> None:
         # Listing may clean up a dead kernel's pool (killing processes, waiting for them): off the event loop.
-        pools = await asyncio.to_thread(self.registry.pools, await self.notebooks())
+        pools = await asyncio.to_thread(self.registry.pools, self.kernel_ids(), await self.notebooks())
         self.finish(json.dumps({"pools": pools, "now": time.time()}))
 
 
@@ -52,7 +57,7 @@ class PoolHandler(_PoolHandler):
     @authorized
     async def get(self, pool_id: str) -> None:
         try:
-            pool = await asyncio.to_thread(self.registry.pool, pool_id, await self.notebooks())
+            pool = await asyncio.to_thread(self.registry.pool, pool_id, self.kernel_ids(), await self.notebooks())
         except UnknownPool:
             raise tornado.web.HTTPError(404, f"no jupyter-hvd pool {pool_id}") from None
         self.finish(json.dumps(pool))
@@ -63,7 +68,7 @@ class PoolActionHandler(_PoolHandler):
     @authorized
     async def post(self, pool_id: str, action: str) -> None:
         try:
-            done = await asyncio.to_thread(self.registry.act, pool_id, action)
+            done = await asyncio.to_thread(self.registry.act, pool_id, action, self.kernel_ids())
         except UnknownPool:
             raise tornado.web.HTTPError(404, f"no jupyter-hvd pool {pool_id}") from None
         except ValueError as exc:

@@ -1,51 +1,75 @@
-"""Every jupyter-hvd pool of this machine, as the Jupyter server sees them: listing, stale pools, actions.
+"""The jupyter-hvd pools of this Jupyter server's kernels, as the sidebar sees them: listing, stale pools, actions.
 
-No tornado here (the handlers are thin): the registry reads the pools' state files (`jupyter_hvd.state`),
-marks a pool whose kernel died as stale, cleans a stale pool up after a grace period (its recorded processes
-are killed, its files removed), and passes interrupt / restart / stop to the kernel that owns a live pool.
-It can only ask a kernel for those three actions; it never runs code anywhere.
+No tornado here (the handlers are thin): the registry reads the pools' state files (`jupyter_hvd.state`), keeps
+only those whose kernel belongs to this server (its kernel manager's ids, including kernels it had earlier: a
+killed kernel's pool must still be cleaned up), marks a pool whose kernel died as stale, cleans a stale pool up
+after a grace period (its SLURM job cancelled, its recorded processes killed, its files removed), and passes
+interrupt / restart / stop to the kernel that owns a live pool. It can only ask a kernel for those three actions;
+it never runs code anywhere. A pool of another server (another notebook server of the same user) is never listed,
+touched or stopped here.
 """
 
 from __future__ import annotations
 
-import re
+import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from .. import state
 
-POOL_ID = re.compile(r"^hvd-\d+-\d+$")  # what Pool ids look like; anything else is refused before touching a path
+log = logging.getLogger("jupyter_hvd")
 STALE_GRACE_S = 30.0  # how long a stale pool stays visible (so the user sees what happened) before it is cleaned up
 
 
 class UnknownPool(KeyError):
-    """No pool with that id exists (or the id is malformed)."""
+    """No pool with that id exists among this server's kernels (or the id is malformed)."""
 
 
 class PoolRegistry:
-    """Lists pools for the sidebar and carries out its actions."""
+    """Lists this server's pools for the sidebar and carries out its actions.
+
+    Every method takes `kernel_ids`: the ids the server's kernel manager lists now (read on the server's event loop,
+    where the kernel manager lives).
+    """
 
     def __init__(self, stale_grace_s: float = STALE_GRACE_S) -> None:
         self.stale_grace_s = stale_grace_s
         self._stale_since: dict[str, float] = {}
+        self._kernels: set[str] = set()  # every kernel id this server has had
+        self._warned = ""
 
-    def pools(self, notebooks: dict[str, str] | None = None) -> list[dict[str, Any]]:
-        """Every pool, newest first, with ages computed now; stale pools past their grace are cleaned up first."""
-        self.clean_up()
+    def _ours(self, kernel_ids: Iterable[str]) -> set[str]:
+        self._kernels |= {k for k in kernel_ids if k}
+        return set(self._kernels)
+
+    def _list(self, kernel_ids: Iterable[str]) -> list[dict[str, Any]]:
+        try:
+            return state.list_pools(self._ours(kernel_ids))
+        except state.UnsafeStateDir as exc:  # said once in the server's log; the sidebar lists nothing
+            if str(exc) != self._warned:
+                self._warned = str(exc)
+                log.warning("jupyter_hvd: %s", exc)
+            return []
+
+    def pools(self, kernel_ids: Iterable[str], notebooks: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """This server's pools, newest first, with ages computed now; stale pools past their grace are cleaned up
+        first."""
+        self.clean_up(kernel_ids)
         now = time.time()
         return sorted(
-            (describe(p, now, notebooks or {}, self._stale_since) for p in state.list_pools()),
+            (describe(p, now, notebooks or {}, self._stale_since) for p in self._list(kernel_ids)),
             key=lambda p: -float(p.get("started") or 0),
         )
 
-    def pool(self, pool_id: str, notebooks: dict[str, str] | None = None) -> dict[str, Any]:
-        """One pool by id; raises UnknownPool."""
-        for p in self.pools(notebooks):
+    def pool(self, pool_id: str, kernel_ids: Iterable[str], notebooks: dict[str, str] | None = None) -> dict[str, Any]:
+        """One of this server's pools by id; raises UnknownPool."""
+        for p in self.pools(kernel_ids, notebooks):
             if p["id"] == pool_id:
                 return p
         raise UnknownPool(pool_id)
 
-    def act(self, pool_id: str, action: str) -> str:
+    def act(self, pool_id: str, action: str, kernel_ids: Iterable[str]) -> str:
         """Ask the pool's kernel to interrupt, restart or stop it; a stale pool can only be stopped (cleaned up).
 
         Returns what was done: "requested" (the kernel will carry it out within about a second) or "cleaned".
@@ -53,7 +77,7 @@ class PoolRegistry:
         """
         if action not in state.ACTIONS:
             raise ValueError(f"unknown action {action!r}; expected one of {', '.join(state.ACTIONS)}")
-        data = self._find(pool_id)
+        data = self._find(pool_id, kernel_ids)
         if data["stale"]:
             if action != "stop":
                 raise ValueError(f"pool {pool_id}'s kernel has died: it can only be stopped (cleaned up)")
@@ -62,13 +86,13 @@ class PoolRegistry:
         state.request_action(pool_id, action)
         return "requested"
 
-    def clean_up(self) -> list[str]:
-        """Clean up pools that have been stale for longer than the grace period; return their ids."""
+    def clean_up(self, kernel_ids: Iterable[str]) -> list[str]:
+        """Clean up this server's pools that have been stale for longer than the grace period; return their ids."""
         now = time.time()
         cleaned = []
         seen = set()
-        for data in state.list_pools():
-            pool_id = str(data.get("id", ""))
+        for data in self._list(kernel_ids):
+            pool_id = str(data["id"])
             seen.add(pool_id)
             if not data["stale"]:
                 self._stale_since.pop(pool_id, None)
@@ -81,25 +105,16 @@ class PoolRegistry:
             del self._stale_since[gone]
         return cleaned
 
-    def _find(self, pool_id: str) -> dict[str, Any]:
-        if not POOL_ID.match(pool_id):
+    def _find(self, pool_id: str, kernel_ids: Iterable[str]) -> dict[str, Any]:
+        if not state.valid_pool_id(pool_id):
             raise UnknownPool(pool_id)
-        data = state.read_pool(state.pool_file(pool_id))
-        if data is None:
-            raise UnknownPool(pool_id)
-        data["stale"] = not state.kernel_alive(data)
-        return data
+        for data in self._list(kernel_ids):
+            if data["id"] == pool_id:
+                return data
+        raise UnknownPool(pool_id)
 
     def _reap(self, pool_id: str, data: dict[str, Any]) -> None:
-        procs = state.recorded_processes(data)
-        for p in list(procs):
-            try:
-                procs += p.children(recursive=True)
-            except Exception:
-                pass
-        state.kill_processes(procs)
-        state.remove(state.pool_file(pool_id))
-        state.remove(state.action_file(pool_id))
+        state.clean_up(state.pool_file(pool_id), data)
         self._stale_since.pop(pool_id, None)
 
 
