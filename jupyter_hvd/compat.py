@@ -47,25 +47,24 @@ def _version(package: str) -> str:
 
 def check_horovod() -> str:
     """'' when the installed Horovod is one jupyter-hvd supports, else a one-line warning for the user."""
-    found = _version("horovod")
-    if found.startswith(HOROVOD_SUPPORTED):
-        return ""
-    return (
-        f"jupyter-hvd was written for Horovod {' or '.join(v + 'x' for v in HOROVOD_SUPPORTED)} and finds {found}: "
+    return _check(
+        "horovod",
+        HOROVOD_SUPPORTED,
         "recovery after failed cells uses Horovod internals that may differ (install horovod==0.28.1 with "
-        "scripts/setup.sh)."
+        "scripts/setup.sh)",
     )
 
 
 def check_ipykernel() -> str:
     """'' when the installed ipykernel is one jupyter-hvd supports, else a one-line warning for the user."""
-    found = _version("ipykernel")
-    if found.startswith(IPYKERNEL_SUPPORTED):
+    return _check("ipykernel", IPYKERNEL_SUPPORTED, "live output may arrive in bursts")
+
+
+def _check(package: str, supported: tuple[str, ...], risk: str) -> str:
+    found = _version(package)
+    if found.startswith(supported):
         return ""
-    return (
-        f"jupyter-hvd was written for ipykernel {' or '.join(v + 'x' for v in IPYKERNEL_SUPPORTED)} and finds {found}: "
-        "live output may arrive in bursts."
-    )
+    return f"jupyter-hvd was written for {package} {' or '.join(v + 'x' for v in supported)} and finds {found}: {risk}."
 
 
 def _missing(what: str, why: str) -> CompatError:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import VENV_BIN, Kernel, wait_until_gone
+from conftest import VENV_BIN, Kernel, needs, wait_until_gone
 
 SETUP = """%%hvd --setup
 import torch.nn.functional as F
@@ -206,8 +206,7 @@ def test_the_notebook_exports_as_a_script_that_mpirun_runs_to_the_same_numbers(b
 def test_a_snapshot_that_does_not_fit_on_disk_is_said_and_training_goes_on(tmp_path):
     """The pool's directory on a 3 MB file system; a 12 MB model and Adam state: the write fails, the next cell says
     so once, training goes on, and the pool still restarts (nothing to restore)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small file system needs root (CI runs as root)")
+    needs("" if os.geteuid() == 0 else "mounting a small file system needs root")
     small = tmp_path / "small"
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", str(small)], check=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import needs
 
 HERE = Path(__file__).resolve().parent
 VENV_BIN = str(HERE.parent / ".venv" / "bin")
@@ -40,7 +41,11 @@ def _why_no_namespaces() -> str:
 
 
 WHY = _why_no_namespaces()
-pytestmark = pytest.mark.skipif(bool(WHY), reason=WHY)
+
+
+@pytest.fixture(autouse=True)
+def _namespaces() -> None:
+    needs(WHY)
 
 
 def sh(*args: str) -> str:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import needs
 
 from jupyter_hvd.kernel import slurm
 from jupyter_hvd.kernel.hosts import Host
@@ -267,7 +268,7 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
             time.sleep(0.5)
         logs = "".join(p.read_text()[-600:] for p in (root / "log").glob("*.log"))
         self.stop()
-        pytest.skip(f"slurmctld + slurmd did not come up within 60 s here:\n{logs}")
+        needs(f"slurmctld + slurmd did not come up within 60 s here:\n{logs}")
 
     def exec(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = ["ip", "netns", "exec", self.ns, *args]
@@ -286,9 +287,7 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
 
 @pytest.fixture
 def slurm_cluster(tmp_path):
-    why = _why_no_slurm()
-    if why:
-        pytest.skip(why)
+    needs(_why_no_slurm())
     cluster = SlurmCluster(tmp_path / "slurm")
     try:
         yield cluster

@@ -17,6 +17,7 @@ import shlex
 import time
 from pathlib import Path
 
+from . import slurm
 from .keep import Cell, Keeper
 from .options import HvdPool
 
@@ -82,20 +83,11 @@ def _body(cell: Cell) -> list[str]:
 def sbatch(options: HvdPool, script_path: Path) -> str:
     """A SLURM batch script that runs the exported script with the pool's SLURM options (or its rank count)."""
     np = options.np or 2
-    nodes = options.nodes or 1
     lines = [
         "#!/bin/sh",
         "#SBATCH --job-name=jupyter-hvd-export",
-        f"#SBATCH --nodes={nodes}",
-        f"#SBATCH --ntasks={np}",
-        f"#SBATCH --ntasks-per-node={max(1, np // nodes)}",
+        *slurm.resource_lines(options, options.nodes or 1, np),
     ]
-    if options.gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={options.gpus_per_node}")
-    if options.partition:
-        lines.append(f"#SBATCH --partition={options.partition}")
-    if options.time:
-        lines.append(f"#SBATCH --time={options.time}")
     lines += ["", f"mpirun -np {np} python {shlex.quote(str(script_path))}", ""]
     return "\n".join(lines)
 

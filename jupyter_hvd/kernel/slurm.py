@@ -163,24 +163,29 @@ def batch_template(options: Any, mpi_cmd: list[str]) -> str:
 
     Inside the job, mpiexec starts one engine per rank over the job's nodes (Open MPI uses srun for its daemons).
     """
-    per_node = options.np // options.slurm_nodes
     lines = [
         "#!/bin/sh",
         "#SBATCH --job-name=jupyter-hvd-{cluster_id}",
-        f"#SBATCH --nodes={options.slurm_nodes}",
-        "#SBATCH --ntasks={n}",
-        f"#SBATCH --ntasks-per-node={per_node}",
+        *resource_lines(options, options.slurm_nodes, "{n}", _braces),  # {n}: ipyparallel's, not escaped
         "#SBATCH --output={output_file}",
         "#SBATCH --export=ALL",
     ]
+    lines.append(f"{_braces(shlex.join(mpi_cmd))} -n {{n}} {{program_and_args}}")
+    return "\n".join(lines) + "\n"
+
+
+def resource_lines(options: Any, nodes: int, ntasks: int | str, quote: Any = str) -> list[str]:
+    """The #SBATCH lines asking for a pool's nodes, ranks, GPUs, partition and time (`quote`: for what the user
+    typed)."""
+    per_node = max(1, (options.np or 1) // max(nodes, 1))
+    lines = [f"#SBATCH --nodes={nodes}", f"#SBATCH --ntasks={ntasks}", f"#SBATCH --ntasks-per-node={per_node}"]
     if options.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={options.gpus_per_node}")
     if options.partition:
-        lines.append(f"#SBATCH --partition={_braces(options.partition)}")
+        lines.append(f"#SBATCH --partition={quote(options.partition)}")
     if options.time:
-        lines.append(f"#SBATCH --time={_braces(options.time)}")
-    lines.append(f"{_braces(shlex.join(mpi_cmd))} -n {{n}} {{program_and_args}}")
-    return "\n".join(lines) + "\n"
+        lines.append(f"#SBATCH --time={quote(options.time)}")
+    return lines
 
 
 def _braces(text: str) -> str:
