@@ -48,6 +48,7 @@ class RunCell:
     show: bool
     max_lines: int
     count: int | None = None  # the notebook's execution count, as in [7] (snapshots taken in this cell say it)
+    every_value: bool = False  # every rank sends its last expression's value, not rank 0 alone
 
 
 @dataclass(frozen=True)
@@ -69,24 +70,37 @@ class Ping:
     n: int
 
 
+# A snapshot generation: (cell, k). k >= 1 numbers the `jupyter_hvd.commit()` calls in cell `cell`; k == 0 is a
+# snapshot the kernel asked for (a cell's end, %hvd_keep) under a number of its own from the cells' counter, so
+# generations sort in the order they were taken.
+GenId = tuple[int, int]
+
+
 @dataclass(frozen=True)
 class Keep:
-    """Keep these names of the ranks' namespaces (engine/keep.py), with snapshots in `directory`; `seq`: the number of
-    the snapshot the ranks now hold (after a restore), None to keep counting."""
+    """Keep these names of the ranks' namespaces (engine/keep.py), with snapshots in `directory`."""
 
     names: list[str]
     directory: str
-    seq: int | None = None
 
 
 @dataclass(frozen=True)
 class Commit:
-    """Snapshot the kept names now where they changed since the last snapshot (the end of a successful cell)."""
+    """Snapshot the kept names that changed since this rank's last snapshot, as generation `gen` (the end of a
+    successful cell, or %hvd_keep)."""
 
     count: int | None
+    gen: GenId = (0, 0)
 
 
-Request = RunCell | Join | Rest | Ping | Keep | Commit
+@dataclass(frozen=True)
+class Prune:
+    """Delete these snapshot generations of this rank (the kernel keeps the others: engine/keep_files.py)."""
+
+    gens: list[GenId]
+
+
+Request = RunCell | Join | Rest | Ping | Keep | Commit | Prune
 
 # ---- messages: a rank -> the kernel (events) ---------------------------------------------------------------
 
@@ -114,6 +128,7 @@ class CellRecord:
     tail: list[str] = field(default_factory=list)  # the last lines printed, shown or not
     lines: int = 0
     collectives: int = 0  # collectives the cell started on this rank
+    commits: int = 0  # jupyter_hvd.commit() calls the cell made on this rank
 
 
 @dataclass(frozen=True)
@@ -213,17 +228,23 @@ class Pong:
 
 @dataclass(frozen=True)
 class Committed:
-    """Rank 0 wrote snapshot `seq` of the kept names (name -> module | optimizer | value)."""
+    """This rank's part of snapshot generation `gen` is on disk (or, `changed` False, it is the same as its part of
+    generation `same_as`, and nothing was written)."""
 
     rank: int
-    count: int | None  # the execution count of the cell it was taken in (or at the end of)
-    seq: int
-    kinds: dict[str, str]
-    skipped: dict[str, str]  # kept names left out, and why
-    nbytes: int
-    seconds: float  # to write it, in the background
-    at: float  # epoch s
-    mid_cell: bool  # taken by jupyter_hvd.commit() inside the cell
+    gen: GenId
+    changed: bool
+    same_as: GenId | None = None
+    count: int | None = None  # the execution count of the cell it was taken in (or at the end of)
+    mid_cell: bool = False  # taken by jupyter_hvd.commit() inside the cell
+    tag: str = ""  # jupyter_hvd.commit(tag=...): kept until the pool stops
+    at: float = 0.0  # epoch s
+    kinds: dict[str, str] = field(default_factory=dict)  # name -> "state" (by state_dict) | "value", with its class
+    digests: dict[str, str] = field(default_factory=dict)  # name -> digest of what was kept (ranks compared)
+    skipped: dict[str, str] = field(default_factory=dict)  # kept names left out, and why
+    blobs: dict[str, int] = field(default_factory=dict)  # tensor data files it refers to: digest -> bytes
+    nbytes: int = 0  # bytes this rank wrote for it (data already on disk is linked, not written again)
+    seconds: float = 0.0  # to write it, in the background
     copy_seconds: float = 0.0  # what the training thread waited: the copy of what the names hold
 
 
@@ -368,3 +389,28 @@ def loads(header: bytes, buffers: list[Any]) -> Any:
 def nbytes(header: bytes, buffers: list[memoryview]) -> int:
     """Bytes that cross the wire for one value."""
     return len(header) + sum(b.nbytes for b in buffers)
+
+
+# Why a value cannot be pickled, in the user's words, by what pickle names in its message.
+_UNPICKLABLE = {
+    "_thread.lock": "it holds a thread lock",
+    "_thread.RLock": "it holds a thread lock",
+    "_thread._local": "it holds thread-local state",
+    "generator": "it is a generator (a running function's state)",
+    "coroutine": "it is a coroutine",
+    "_io.": "it holds an open file",
+    "socket": "it holds a socket",
+    "SSLContext": "it holds an SSL context",
+    "Connection": "it holds a connection",
+    "frame": "it holds a stack frame",
+    "module": "it is or holds a module",
+}
+
+
+def why_unpicklable(exc: BaseException) -> str:
+    """Why pickling failed with `exc`, in the user's words ("it is a generator (a running function's state)")."""
+    text = str(exc)
+    for key, why in _UNPICKLABLE.items():
+        if key in text:
+            return why
+    return "it cannot be pickled"

@@ -129,7 +129,7 @@ def test_a_restart_asked_for_keeps_the_weights_and_the_setup_journal_follows_the
         assert k.run("%%hvd --setup\nlr = 0.1", cell_id="lr-cell").status == "ok"
         assert k.run("%%hvd --setup\nlr = 0.2", cell_id="lr-cell").status == "ok"
         listing = k.run("%hvd_setup").stdout
-        assert "2 cells" in listing and "lr = 0.2" in listing and "lr = 0.1" not in listing, listing
+        assert "2 entries" in listing and "lr = 0.2" in listing and "lr = 0.1" not in listing, listing
         r = k.run("%hvd_restart", timeout=120)
         assert r.status == "ok", r.error_text
         assert "replayed 2 setup cells" in r.stdout and "restored model, opt, epoch" in r.stdout, r.stdout

@@ -38,6 +38,7 @@ from ..wire import (
     Ping,
     Pong,
     Problem,
+    Prune,
     Rest,
     Rested,
     RunCell,
@@ -124,11 +125,13 @@ class Channel:
             keep.wait_written(30.0)  # a snapshot taken before counts as handled once it is written
             self.send(Pong(self.rank, message.n))
         elif isinstance(message, Keep):
-            keep.configure(message.names, message.directory, message.seq)
-        elif isinstance(message, Commit):  # the end of a successful cell
-            failed = _interruptible(keep.snapshot, message.count, True)
+            keep.configure(message.names, message.directory)
+        elif isinstance(message, Commit):  # the end of a successful cell, or %hvd_keep
+            failed = _interruptible(keep.snapshot, message.gen, message.count)
             if isinstance(failed, dict) and failed.get("error"):
                 self.problem(f"the snapshot of the kept names failed: {failed['error']['evalue']}")
+        elif isinstance(message, Prune):
+            keep.prune(message.gens)
 
     def _run_cell(self, request: RunCell) -> None:
         self.cell = request.cell
@@ -137,11 +140,19 @@ class Channel:
         out = _CellText(self, "stdout")
         err = _CellText(self, "stderr")
         record = _interruptible(
-            runner.run_cell, request.source, request.filename, request.show, request.max_lines, out, err
+            runner.run_cell,
+            request.source,
+            request.filename,
+            request.show,
+            request.max_lines,
+            out,
+            err,
+            request.every_value,
         )
         if not isinstance(record, CellRecord):  # an interrupt that landed outside the cell's own handling
             record = CellRecord(rank=self.rank, ok=False, error=record.get("error"))
         record.rank = self.rank
+        record.commits = keep.commits_in(request.cell)
         try:
             self.send_output()
             self.send(CellEnded(self.rank, request.cell, record))

@@ -1,291 +1,214 @@
-"""Kept names survive a restart of the pool: snapshots on rank 0, and the restore on every rank.
+"""Kept names survive a restart of the pool: every rank snapshots its own state, and gets its own state back.
 
-`%hvd_keep model opt epoch` names what to keep. At the end of every successful `%%hvd` cell, and at each
-`jupyter_hvd.commit()` inside a cell, every rank calls `commit()`: rank 0 copies what the names hold (torch modules
-and optimizers by state_dict, tensors moved to the CPU; anything else by value) and a background thread writes it to
-the pool's private directory; every rank saves its own random number generators beside it. The training thread
-only pays for the copy. After a restart, `restore()` on every rank loads the latest snapshot into the objects the
-replayed setup cells rebuilt.
+`%hvd_keep sampler model opt sched epoch` names what to keep. At the end of every successful `%%hvd` cell, and at
+each `jupyter_hvd.commit()` inside a cell, each rank looks at what the names hold now:
+- an object with `state_dict()`/`load_state_dict()` (a module, an optimizer, a scheduler, a GradScaler, a stateful
+  data loader) is kept by its state_dict, and after a restart loaded into the object the setup cells rebuilt, so
+  links between live objects survive (a restored scheduler drives the live optimizer);
+- anything else by value, referring by name to the live objects it holds (engine/keep_format.py);
+- its own random generators.
+Only what changed since the rank's last snapshot is copied (torch counts every in-place change of a tensor, so the
+check costs in proportion to what changed); the training thread pays for the copy, a thread writes it
+(engine/keep_files.py), and the rank tells the kernel. A rank decides alone, with no collective: ranks that differ
+(one rank commits, another does not) can never block each other; the kernel puts a generation together from every
+rank's part and names what is missing.
 
-Snapshots are files in the pool's directory, not kernel memory: a 25 M-parameter model with Adam is about 300 MB,
-which would double the notebook's memory and cross the network at every commit; a file survives the death of any
-engine. Imported on the engines only.
+A name that cannot be kept (a generator, an open file) is left out, with why; the others are still kept.
+`commit()` never raises into training. Imported on the engines only.
 """
 
 from __future__ import annotations
 
-import os
+import hashlib
 import pickle
-import queue
 import random
-import secrets
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from .. import wire
-from . import outbox
-
-SNAPSHOT = "snapshot.bin"
-RANDOM_KEPT = 16  # random generator files kept per rank (one per snapshot taken)
+from ..wire import GenId
+from . import keep_files, keep_format, outbox
 
 _names: list[str] = []  # what the kernel asked to keep
-_directory: Path | None = None  # the pool's private directory
-_seq = 0  # commits so far; every rank counts alike (cells run on every rank)
-_last: Any = None  # the kept names' signature at the last snapshot (a snapshot that would change nothing is skipped)
-_pending: queue.Queue[tuple[int, dict[str, Any], dict[str, Any]] | None] = queue.Queue(maxsize=1)
+_directory: Path | None = None  # where this pool's snapshots live
+_entries: dict[str, dict[str, Any]] = {}  # name -> its entry in this rank's newest snapshot (reused while unchanged)
+_signatures: dict[str, bytes] = {}  # name -> what it held at that snapshot (keep_format.signature)
+_skipped: dict[str, str] = {}  # names left out of that snapshot, and why
+_random: bytes = b""  # the random generators' state at that snapshot
+_newest: GenId | None = None  # this rank's newest generation, written or waiting to be
+_written_newest: GenId | None = None  # this rank's newest generation on disk
+_commits = (0, 0)  # (cell, jupyter_hvd.commit() calls in it)
+# The writer's jobs, in order: generations to write (one waiting at most: a newer one replaces it and writes its data
+# too, so memory holds two copies at most) and generations to delete.
+_jobs: list[dict[str, Any]] = []
+_lock = threading.Condition()
 _writer: threading.Thread | None = None
-_unwritten = 0  # snapshots taken and not written yet (a newer one replaces one still waiting)
-_state = threading.Condition()
 
 
-def configure(names: list[str], directory: str, seq: int | None = None) -> None:
-    """What to keep, and where (sent by the kernel with %hvd_keep and after a restart)."""
-    global _names, _directory, _seq, _last
-    _last = None
+def configure(names: list[str], directory: str) -> None:
+    """What to keep, and where (sent by the kernel with %hvd_keep, and on new engines after the restore)."""
+    global _names, _directory
+    path = Path(directory)
+    if path != _directory:
+        _forget()
+        keep_files.remove_abandoned(path)  # left by engines before a restart, which are gone now
     _names = list(names)
-    _directory = Path(directory)
-    if seq is not None:
-        _seq = seq
+    _directory = path
+    for name in list(_entries):
+        if name not in _names:
+            del _entries[name]
+            _signatures.pop(name, None)
 
 
-def commit() -> None:
-    """Snapshot the kept names (%hvd_keep) now: after a crash or a restart the pool comes back to this point.
+def _forget() -> None:
+    global _random, _newest
+    _entries.clear()
+    _signatures.clear()
+    _skipped.clear()
+    _random = b""
+    _newest = None
 
-    Call it on every rank, as a cell's code runs (e.g. once an epoch). It returns at once on ranks other than 0, and on
-    rank 0 after copying what the names hold; the file is written in the background. Outside a jupyter-hvd pool (an
-    exported script) it does nothing.
+
+def commit(tag: str = "") -> None:
+    """Snapshot the kept names (%hvd_keep) now: after a crash or a restart the pool comes back to this point, and
+    %hvd_rewind can go back to it.
+
+    Call it on every rank, as the cell's code runs (e.g. once an epoch): a snapshot holds every rank's state. It
+    returns once this rank's state is copied; the files are written in the background. `tag` names the snapshot
+    (`%hvd_rewind TAG`) and keeps it until the pool stops. Never raises; outside a jupyter-hvd pool (an exported
+    script) it does nothing.
     """
-    snapshot(outbox.running_count(), only_if_changed=False, mid_cell=True)
+    global _commits
+    cell = outbox.running_cell()
+    if cell is None:
+        return
+    _commits = (cell, _commits[1] + 1 if _commits[0] == cell else 1)
+    snapshot((cell, _commits[1]), outbox.running_count(), mid_cell=True, tag=str(tag or ""))
 
 
-def snapshot(count: int | None, only_if_changed: bool, mid_cell: bool = False) -> None:
-    """Snapshot the kept names, taken in cell [count]; `only_if_changed` (the end of a cell): none where no kept
-    name changed since the last snapshot."""
-    global _seq, _last, _unwritten
+def commits_in(cell: int) -> int:
+    """How many times the cell numbered `cell` called commit() on this rank."""
+    return _commits[1] if _commits[0] == cell else 0
+
+
+def snapshot(gen: GenId, count: int | None, mid_cell: bool = False, tag: str = "") -> None:
+    """This rank's part of generation `gen`: what changed since its last snapshot is copied and handed to the writer;
+    nothing is written where nothing changed (the kernel then takes the rank's newest part). Never raises."""
+    global _random, _newest
     if _directory is None or not _names:
         return
-    from mpi4py import MPI
-
-    now = _signature(_names)
-    if only_if_changed and not MPI.COMM_WORLD.allreduce(now != _last, op=MPI.LOR):  # every rank decides alike
-        return
-    _last = now
-    _seq += 1
-    rank = outbox.rank()
+    t0 = time.perf_counter()
     try:
-        _save_random_state(rank, _seq)
-        if rank != 0:
+        from IPython import get_ipython
+
+        ns = get_ipython().user_ns
+        changed, skipped, kinds = _look(ns)
+        state = random_state()
+        rng = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        if not changed and rng == _random and skipped == _skipped and _newest is not None:
+            outbox.send(_unchanged(gen, count, mid_cell, tag, kinds, skipped))
             return
-        t0 = time.perf_counter()
-        entries, skipped = _copy(_names)
-        copied = time.perf_counter() - t0
+        links = keep_format.linkable(ns)
+        for name, (kind, obj, signature) in changed.items():
+            try:
+                encoded = keep_format.encode(obj.state_dict() if kind == "state" else obj, links)
+            except Exception as exc:
+                skipped[name] = _why(exc)
+                continue
+            _entries[name] = {
+                "kind": kind,
+                "label": _label(obj, kind),
+                "cls": type(obj).__qualname__,
+                "encoded": encoded,
+            }
+            _signatures[name] = signature
     except MemoryError as exc:
         outbox.problem(
-            f"the snapshot of {', '.join(_names)} does not fit in memory ({exc}): training goes on; "
-            "the last snapshot stays the one to restore"
+            f"the snapshot of {', '.join(_names)} does not fit in memory ({exc}): training goes on; the last "
+            "snapshot stays the one to restore"
         )
         return
-    except OSError as exc:  # the random generators' file: a full disk must not end the cell that commits
-        outbox.problem(
-            f"snapshot {_seq} could not be written ({exc.strerror or exc}): training goes on; the last snapshot "
-            "stays the one to restore"
-        )
+    except Exception as exc:  # jupyter-hvd's own failure: said, and training goes on
+        outbox.problem(f"the snapshot of the kept names failed ({type(exc).__name__}: {exc}); training goes on")
         return
-    meta = {"seq": _seq, "cell": count, "at": time.time(), "skipped": skipped, "mid_cell": mid_cell, "copied": copied}
-    _start_writer()
-    with _state:
-        try:
-            _pending.get_nowait()  # a snapshot not written yet is replaced by this newer one
-            _unwritten -= 1
-        except queue.Empty:
-            pass
-        _unwritten += 1
-        _pending.put((_seq, entries, meta))
+    entries = {n: _entries[n] for n in _names if n in _entries and n not in skipped}
+    _random, _newest = rng, gen
+    _skipped.clear()
+    _skipped.update(skipped)
+    job = {
+        "gen": gen,
+        "entries": entries,
+        "random": state,
+        "meta": {"count": count, "mid_cell": mid_cell, "tag": tag, "at": time.time(), "skipped": dict(skipped)},
+        "copy_seconds": time.perf_counter() - t0,
+    }
+    _queue(job, replace=True)
 
 
-def wait_written(timeout: float) -> bool:
-    """Wait until the last snapshot taken is written (a planned restart must not lose it); whether it is."""
-    with _state:
-        return _state.wait_for(lambda: _unwritten == 0, timeout)
-
-
-def _copy(names: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """(name -> (kind, class name, payload)) of what the names hold now, detached from training; names left out, why."""
-    import torch
-    from IPython import get_ipython
-
-    ns = get_ipython().user_ns
-    entries: dict[str, Any] = {}
+def _look(ns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """(name -> (kind, object, signature) of the kept names that changed; names left out, why; name -> kind)."""
+    changed: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    for name in names:
+    kinds: dict[str, str] = {}
+    for name in _names:
         if name not in ns:
             skipped[name] = "not defined"
             continue
         obj = ns[name]
-        if isinstance(obj, torch.nn.Module):
-            entries[name] = ("module", type(obj).__qualname__, _detached(obj.state_dict()))
-        elif isinstance(obj, torch.optim.Optimizer):
-            entries[name] = ("optimizer", type(obj).__qualname__, _detached(obj.state_dict()))
-        else:
-            header, buffers = wire.dumps(obj)  # by value; copied, since training may change it in place
-            entries[name] = ("value", type(obj).__qualname__, (header, [bytes(b) for b in buffers]))
-    return entries, skipped
-
-
-def _signature(names: list[str]) -> Any:
-    """What changes when what the names hold changes: each tensor's identity and in-place version counter (torch
-    counts every in-place change), a digest of anything else."""
-    import hashlib
-
-    import torch
-    from IPython import get_ipython
-
-    ns = get_ipython().user_ns
-    signature = []
-    for name in names:
-        obj = ns.get(name)
-        if isinstance(obj, torch.nn.Module):
-            signature.append((name, [(id(t), t._version) for t in obj.state_dict(keep_vars=True).values()]))
-        elif isinstance(obj, torch.optim.Optimizer):
-            tensors = [t for s in obj.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
-            groups = [{k: v for k, v in g.items() if k != "params"} for g in obj.param_groups]
-            signature.append((name, [(id(t), t._version) for t in tensors], repr(groups)))
-        else:
-            try:
-                header, buffers = wire.dumps(obj)
-            except Exception:
-                signature.append((name, object()))  # cannot tell: taken as changed
-                continue
-            digest = hashlib.sha1(header)
-            for b in buffers:
-                digest.update(b)
-            signature.append((name, digest.hexdigest()))
-    return signature
-
-
-def _detached(value: Any) -> Any:
-    """`value` (a state_dict) with every tensor copied to the CPU, so training cannot change the snapshot."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {k: _detached(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_detached(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_detached(v) for v in value)
-    return value
-
-
-def _start_writer() -> None:
-    global _writer
-    if _writer is None or not _writer.is_alive():
-        _writer = threading.Thread(target=_write_loop, name="jupyter-hvd snapshot writer", daemon=True)
-        _writer.start()
-
-
-def _write_loop() -> None:
-    while True:
-        item = _pending.get()
-        if item is None:
-            return
-        seq, entries, meta = item
-        t0 = time.perf_counter()
+        kind = "state" if has_state(obj) else "value"
+        kinds[name] = f"{_label(obj, kind)}:{type(obj).__qualname__}"
         try:
-            nbytes = _write_and_mark(entries, meta)
-        except OSError as exc:  # a full disk: say so, keep the last snapshot that was written
-            outbox.problem(
-                f"snapshot {seq} could not be written ({exc.strerror or exc}): training goes on; the "
-                "last snapshot stays the one to restore"
-            )
-            continue
+            # The object itself is not a link of its own, and must not be one of a name bound to it too.
+            links = keep_format.linkable(ns, leave_out=name)
+            links.pop(id(obj), None)
+            signature = keep_format.signature(obj.state_dict() if kind == "state" else obj, links)
         except Exception as exc:
-            outbox.problem(f"snapshot {seq} could not be written ({type(exc).__name__}: {exc})")
+            skipped[name] = _why(exc)
             continue
-        kinds = {name: kind for name, (kind, _, _) in entries.items()}
-        seconds = time.perf_counter() - t0
-        outbox.send(
-            wire.Committed(
-                0,
-                meta["cell"],
-                seq,
-                kinds,
-                meta["skipped"],
-                nbytes,
-                seconds,
-                meta["at"],
-                meta["mid_cell"],
-                meta["copied"],
-            )
-        )
+        if signature != _signatures.get(name) or name not in _entries:
+            changed[name] = (kind, obj, signature)
+    return changed, skipped, kinds
 
 
-def _write_and_mark(entries: dict[str, Any], meta: dict[str, Any]) -> int:
-    global _unwritten
-    try:
-        return _write(entries, meta)
-    finally:
-        with _state:
-            _unwritten -= 1
-            _state.notify_all()
-
-
-def _write(entries: dict[str, Any], meta: dict[str, Any]) -> int:
-    """Write a snapshot file atomically (a reader finds the old one or the new one, whole); its size."""
-    assert _directory is not None
-    _directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    header, buffers = wire.dumps({"meta": meta, "entries": entries})
-    tmp = _directory / f".{SNAPSHOT}.{secrets.token_hex(8)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(len(header).to_bytes(8, "little"))
-            f.write(len(buffers).to_bytes(8, "little"))
-            for b in buffers:
-                f.write(b.nbytes.to_bytes(8, "little"))
-            f.write(header)
-            for b in buffers:
-                f.write(b)
-        os.replace(tmp, _directory / SNAPSHOT)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return 16 + 8 * len(buffers) + wire.nbytes(header, buffers)
-
-
-def read_snapshot(directory: Path) -> dict[str, Any] | None:
-    """The snapshot in `directory` ({"meta", "entries"}), or None where there is none."""
-    path = directory / SNAPSHOT
-    try:
-        with open(path, "rb") as f:
-            data = bytearray(os.fstat(f.fileno()).st_size)  # writable: tensors are rebuilt on it without a copy
-            f.readinto(data)
-    except FileNotFoundError:
-        return None
-    view = memoryview(data)
-    header_len = int.from_bytes(view[:8], "little")
-    count = int.from_bytes(view[8:16], "little")
-    sizes = [int.from_bytes(view[16 + 8 * i : 24 + 8 * i], "little") for i in range(count)]
-    at = 16 + 8 * count
-    header = bytes(view[at : at + header_len])
-    at += header_len
-    buffers = []
-    for size in sizes:
-        buffers.append(view[at : at + size])
-        at += size
-    return wire.loads(header, buffers)
-
-
-def _save_random_state(rank: int, seq: int) -> None:
-    """This rank's random number generators (dropout, shuffles), so training after a restore draws what it would
-    have drawn."""
+def _label(obj: Any, kind: str) -> str:
+    """How the kernel names what a kept object is: module and optimizer state is compared between ranks."""
     import torch
 
-    assert _directory is not None
-    state: dict[str, Any] = {"seq": seq, "python": random.getstate(), "torch": torch.get_rng_state()}
+    if isinstance(obj, torch.nn.Module):
+        return "module"
+    return "optimizer" if isinstance(obj, torch.optim.Optimizer) else kind
+
+
+def has_state(obj: Any) -> bool:
+    """Whether `obj` is kept by its state_dict (and restored into the rebuilt object) rather than by value."""
+    return (
+        not isinstance(obj, type)
+        and callable(getattr(obj, "state_dict", None))
+        and callable(getattr(obj, "load_state_dict", None))
+    )
+
+
+def _why(exc: BaseException) -> str:
+    return (
+        f"{wire.why_unpicklable(exc)} ({type(exc).__name__}: {str(exc)[:200]}); keep what it is made from, or build "
+        "it in a %%hvd --setup cell"
+    )
+
+
+def _unchanged(gen: GenId, count: int | None, mid_cell: bool, tag: str, kinds: dict[str, str], skipped: dict) -> Any:
+    digests = {n: e.get("digest", "") for n, e in _entries.items() if n in kinds and n not in skipped}
+    return wire.Committed(
+        outbox.rank(), gen, False, _newest, count, mid_cell, tag, time.time(), kinds, digests, dict(skipped)
+    )
+
+
+def random_state() -> dict[str, Any]:
+    """This rank's random number generators (dropout, shuffles): training after a restore draws what it would have."""
+    import torch
+
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     try:
@@ -294,28 +217,13 @@ def _save_random_state(rank: int, seq: int) -> None:
         state["numpy"] = numpy.random.get_state()
     except ImportError:
         pass
-    _directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = _directory / f".random-{rank}.{secrets.token_hex(8)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        pickle.dump(state, f)
-    # One file per snapshot: rank 0 writes its snapshot in the background, so the newest one on disk may be an
-    # earlier one than this; its generators must still be found. A few are kept.
-    os.replace(tmp, _directory / f"random-{rank}-{seq}.pkl")
-    (_directory / f"random-{rank}-{seq - RANDOM_KEPT}.pkl").unlink(missing_ok=True)
+    return state
 
 
-def _load_random_state(rank: int, seq: int) -> bool:
+def set_random_state(state: dict[str, Any]) -> None:
+    """Put back what `random_state` took."""
     import torch
 
-    assert _directory is not None
-    try:
-        with open(_directory / f"random-{rank}-{seq}.pkl", "rb") as f:
-            state = pickle.load(f)
-    except (OSError, pickle.UnpicklingError):
-        return False
-    if state.get("seq") != seq:
-        return False
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
@@ -324,70 +232,153 @@ def _load_random_state(rank: int, seq: int) -> bool:
         import numpy
 
         numpy.random.set_state(state["numpy"])
-    return True
 
 
-def _first_words(exc: BaseException) -> str:
-    """What went wrong, in one line: torch's load_state_dict says "Error(s) in loading...:" first, the reason next."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    if len(lines) > 1 and lines[0].endswith(":"):
-        return f"{lines[1][:300]}"
-    return lines[0][:300] if lines else type(exc).__name__
-
-
-def restore() -> dict[str, Any]:
-    """Load the latest snapshot into what the setup cells rebuilt (run on every rank, after a restart).
-
-    Every rank reads the same file where it can (one host); otherwise rank 0 reads it and broadcasts it. Returns what
-    came back and what did not, with why, alike on every rank.
-    """
-    global _seq
-    import horovod.torch as hvd
-    import torch
+def restored(gen: GenId, entries: dict[str, dict[str, Any]], names: list[str]) -> None:
+    """After a restore of generation `gen`: what the names hold now is that snapshot, so the next cell's end writes
+    nothing new unless they change."""
+    global _newest, _random
     from IPython import get_ipython
-    from mpi4py import MPI
 
-    assert _directory is not None
-    comm = MPI.COMM_WORLD
-    snapshot = read_snapshot(_directory) if _directory.exists() else None
-    if not comm.allreduce(snapshot is not None, op=MPI.LAND):  # a rank on another host: rank 0's copy
-        snapshot = hvd.broadcast_object(snapshot if hvd.rank() == 0 else None, 0, name="jupyter_hvd.keep.snapshot")
-    if snapshot is None:
-        return {"restored": [], "failed": {}, "missing": True}
     ns = get_ipython().user_ns
-    failed: dict[str, str] = {}
-    restored: list[str] = []
-    for name, (kind, cls, payload) in snapshot["entries"].items():
+    _newest = gen
+    _written(gen)
+    _random = pickle.dumps(random_state(), protocol=pickle.HIGHEST_PROTOCOL)
+    for name in names:
+        entry = entries[name]
+        obj = ns[name]
+        links = keep_format.linkable(ns, leave_out=name)
+        links.pop(id(obj), None)
         try:
-            if kind == "value":
-                header, buffers = payload
-                ns[name] = wire.loads(header, buffers)
+            _signatures[name] = keep_format.signature(obj.state_dict() if entry["kind"] == "state" else obj, links)
+        except Exception:
+            continue
+        entry["digest"] = _digest(entry)
+        _entries[name] = entry
+
+
+def wait_written(timeout: float) -> bool:
+    """Wait until every generation taken is written (a planned restart must not lose one); whether they are."""
+    with _lock:
+        return _lock.wait_for(lambda: not _jobs and not _busy, timeout)
+
+
+def prune(gens: list[GenId]) -> None:
+    """Delete this rank's parts of `gens` (the kernel keeps the others), after what is being written."""
+    _queue({"prune": gens}, replace=False)
+
+
+_busy = False  # the writer is on a job
+
+
+def _queue(job: dict[str, Any], replace: bool) -> None:
+    global _writer
+    with _lock:
+        if replace:
+            _jobs[:] = [j for j in _jobs if "prune" in j]
+        _jobs.append(job)
+        _lock.notify_all()
+    if _writer is None or not _writer.is_alive():
+        _writer = threading.Thread(target=_write_loop, name="jupyter-hvd snapshot writer", daemon=True)
+        _writer.start()
+
+
+def _write_loop() -> None:
+    global _busy
+    while True:
+        with _lock:
+            _lock.wait_for(lambda: bool(_jobs))
+            job = _jobs.pop(0)
+            _busy = True
+        try:
+            if "prune" in job:
+                _delete(job["prune"])
             else:
-                obj = ns.get(name)
-                want = torch.nn.Module if kind == "module" else torch.optim.Optimizer
-                if not isinstance(obj, want) or (kind == "module" and type(obj).__qualname__ != cls):
-                    what = f"a {type(obj).__qualname__}" if name in ns else "nothing"
-                    raise LookupError(
-                        f"it was a {cls} when kept, and the setup cells now make it {what}: run the cell that "
-                        f"builds the {cls} with %%hvd --setup"
-                    )
-                obj.load_state_dict(payload)
-            restored.append(name)
-        except Exception as exc:
-            failed[name] = _first_words(exc)
-    # Every rank loaded the same file, but a rank whose objects differ must not silently diverge: agree on failures.
-    for other in comm.allgather(failed):
-        failed.update(other)
-    restored = [n for n in restored if n not in failed]
-    meta = snapshot["meta"]
-    _seq = int(meta["seq"])
-    rng = _load_random_state(hvd.rank(), _seq)
-    return {
-        "restored": restored,
-        "failed": failed,
-        "cell": meta.get("cell"),
-        "at": meta.get("at"),
-        "mid_cell": bool(meta.get("mid_cell")),
-        "seq": _seq,
-        "random": comm.allreduce(rng, op=MPI.LAND),
-    }
+                _write(job)
+        finally:
+            with _lock:
+                _busy = False
+                _lock.notify_all()
+
+
+def _delete(gens: list[GenId]) -> None:
+    if _directory is None:
+        return
+    try:
+        keep_files.delete_generations(_directory, outbox.rank(), gens)
+    except OSError as exc:
+        outbox.problem(f"old snapshots could not be deleted ({exc.strerror or exc})")
+
+
+def _write(job: dict[str, Any]) -> None:
+    gen = job["gen"]
+    t0 = time.perf_counter()
+    try:
+        assert _directory is not None
+        tensors = [ref for entry in job["entries"].values() for ref in entry["encoded"].tensors]
+        previous = _written_newest
+        manifest = {
+            "gen": gen,
+            "meta": job["meta"],
+            "random": job["random"],
+            "entries": {name: _stored(entry) for name, entry in job["entries"].items()},
+        }
+        nbytes = keep_files.write_generation(_directory, outbox.rank(), gen, manifest, tensors, previous)
+        for entry in job["entries"].values():
+            entry["digest"] = _digest(entry)
+        _written(gen)
+        meta = job["meta"]
+        outbox.send(
+            wire.Committed(
+                outbox.rank(),
+                gen,
+                True,
+                None,
+                meta["count"],
+                meta["mid_cell"],
+                meta["tag"],
+                meta["at"],
+                {n: f"{e.get('label', e['kind'])}:{e['cls']}" for n, e in job["entries"].items()},
+                {n: e["digest"] for n, e in job["entries"].items()},
+                meta["skipped"],
+                {ref.digest: _size(ref) for ref in tensors},
+                nbytes,
+                time.perf_counter() - t0,
+                job["copy_seconds"],
+            )
+        )
+    except OSError as exc:  # a full disk: said, and the last snapshot stays the one to restore
+        outbox.problem(
+            f"snapshot {keep_files.gen_name(gen)} could not be written ({exc.strerror or exc}): training goes on; "
+            "the last snapshot stays the one to restore"
+        )
+    except Exception as exc:
+        outbox.problem(f"snapshot {keep_files.gen_name(gen)} could not be written ({type(exc).__name__}: {exc})")
+
+
+def _written(gen: GenId) -> None:
+    global _written_newest
+    _written_newest = gen
+
+
+def _stored(entry: dict[str, Any]) -> dict[str, Any]:
+    """A manifest's entry: the pickle and its tensors' descriptions, without their data (in the data files)."""
+    encoded = entry["encoded"]
+    return {"kind": entry["kind"], "label": entry.get("label", entry["kind"]), "cls": entry["cls"], "encoded": encoded}
+
+
+def _digest(entry: dict[str, Any]) -> str:
+    """Of what was kept: equal on two ranks when they kept the same state."""
+    encoded = entry["encoded"]
+    digest = hashlib.blake2b(encoded.pickle, digest_size=16)
+    for ref in encoded.tensors:
+        digest.update(ref.digest.encode() if ref.digest else bytes(ref.data or b""))
+    return digest.hexdigest()
+
+
+def _size(ref: keep_format.TensorRef) -> int:
+    import math
+
+    import torch
+
+    return math.prod(ref.shape) * torch.empty((), dtype=getattr(torch, ref.dtype)).element_size()

@@ -118,12 +118,15 @@ class _Repr(str):
         return str(self)
 
 
-def run_cell(src: str, filename: str, show_output: bool, max_lines: int, stdout: Any, stderr: Any) -> CellRecord:
+def run_cell(
+    src: str, filename: str, show_output: bool, max_lines: int, stdout: Any, stderr: Any, every_value: bool = False
+) -> CellRecord:
     """Execute `src` in the engine's user namespace and return a small record of how it ended.
 
     `stdout`/`stderr` receive the cell's output (up to `max_lines`, and only when `show_output`). Exceptions are
     caught and returned (not raised) so the kernel learns of a failure on one rank at once, while other ranks may
-    still be running or waiting in a collective. A value of the last expression (rank 0) comes pickled.
+    still be running or waiting in a collective. A value of the last expression (rank 0's, or with `every_value`
+    every rank's) comes pickled.
     """
     from IPython import get_ipython
 
@@ -145,7 +148,7 @@ def run_cell(src: str, filename: str, show_output: bool, max_lines: int, stdout:
         exec(body, ns)
         if last is not None:
             value = eval(last, ns)
-            if value is not None and rank == 0:
+            if value is not None and (rank == 0 or every_value):
                 record.value = _pickled(value)
     except BaseException as exc:
         record.ok = False

@@ -62,6 +62,7 @@ class CellOptions:
     setup: bool = False  # %%hvd --setup: replayed after every restart
     record: bool = True  # a user's cell: kept for %hvd_export, and kept names are snapshotted when it succeeds
     display_value: bool = True  # show rank 0's last expression, as a cell does; else run() returns it
+    every_value: bool = False  # run() returns every rank's last expression, {rank: value} (display_value False)
 
 
 @dataclass
@@ -109,19 +110,24 @@ class CellRun:
         channel = self.pool.channel
         assert channel is not None
         channel.drain()
-        if channel.committed is not None:  # a snapshot written since the last cell
-            self.pool.keeper.note(channel.committed)
         # What failed on the ranks between cells (a snapshot that could not be written, a user's thread) is said here.
         new = list(itertools.takewhile(lambda p: p is not self.pool.newest_problem_shown, channel.problems))
         for rank, text in reversed(new):
             print(f"jupyter-hvd: rank {rank}: {text}", file=sys.stderr, flush=True)
+        self._say_snapshot_news()
         for r in self.pool.ranks:
             self.runs[r.rank] = _RankRun(r.rank)
         try:
             for r in self.pool.ranks:
                 show = r.rank in self.options.show_ranks
                 request = wire.RunCell(
-                    self.number, self.source, self.filename, show, self.options.log_lines, self.options.count
+                    self.number,
+                    self.source,
+                    self.filename,
+                    show,
+                    self.options.log_lines,
+                    self.options.count,
+                    self.options.every_value,
                 )
                 channel.send(r.rank, request)
         except ChannelError as exc:
@@ -161,12 +167,28 @@ class CellRun:
         said = keeper.record(Cell(self.source, self.options.count, self.options.cell_id, self.options.setup))
         if said:
             print(f"jupyter-hvd: {said}; %hvd_setup lists the journal.", flush=True)
+        commits = {r.rank: r.record.commits for r in self.runs.values() if r.record is not None}
+        keeper.snapshots.commits_differ(self.options.count, commits)
         if keeper.names and self.pool.channel is not None:
-            try:  # behind this cell on each rank; rank 0 copies what changed, a thread writes it
+            gen = (next_number(), 0)  # after this cell's own commit() generations
+            try:  # behind this cell on each rank; each copies what changed, a thread writes it
                 for r in self.pool.ranks:
-                    self.pool.channel.send(r.rank, wire.Commit(self.options.count))
+                    self.pool.channel.send(r.rank, wire.Commit(self.options.count, gen))
             except ChannelError:
                 pass  # a rank that died after its end: the next cell finds out
+        self._say_snapshot_news()
+        try:
+            for rank, gens in keeper.snapshots.expire().items():
+                if self.pool.channel is not None and rank < len(self.pool.ranks):
+                    self.pool.channel.send(rank, wire.Prune(gens))
+        except ChannelError:
+            pass
+
+    def _say_snapshot_news(self) -> None:
+        """What the snapshots had to say (a name that cannot be kept, ranks that differ), once each."""
+        news = self.pool.keeper.snapshots.news
+        while news:
+            print(f"jupyter-hvd: {news.pop(0)}", file=sys.stderr, flush=True)
 
     def _carry_out_pending_action(self) -> None:
         """A restart or stop asked for from the sidebar while this cell ran."""
@@ -465,7 +487,11 @@ class CellRun:
     def _restart(self, what: str) -> None:
         t0 = time.monotonic()
         print(f"jupyter-hvd: {what}. Restarting the pool with the same options...", file=sys.stderr, flush=True)
-        came_back = self.pool.restart()
+        try:
+            came_back = self.pool.restart()
+        except KeyboardInterrupt:
+            self.lost = f"{what[0].upper()}{what[1:]}. {self.pool.interrupted_restart()}"
+            return
         self.lost = (
             f"{what[0].upper()}{what[1:]}. The pool was restarted in {time.monotonic() - t0:.1f} s: {came_back}."
         )
@@ -492,6 +518,11 @@ class CellRun:
             if r.state == "error" and r.record is not None
         ]
         if lost is None and self.reason is None:
+            if self.options.every_value:
+                return {
+                    r.rank: _unpickled(r.record.value) if r.record and r.record.value else None
+                    for r in self.runs.values()
+                }
             value = self.runs[0].record.value if self.runs and self.runs[0].record else None
             if value is not None and not self.options.display_value:
                 return _unpickled(value)
@@ -532,7 +563,7 @@ class CellRun:
             hint = ""
         else:
             hint = "The pool is ready for the next %%hvd cell."
-        raise CellFailed("\n\n".join(parts), hint)
+        raise CellFailed("\n\n".join(parts), hint, interrupted=self.reason == "interrupt" and not errors)
 
 
 def _waits_in(run: _RankRun) -> str:
@@ -555,6 +586,11 @@ class _Note(str):
 
 class _PoolLost(Exception):
     """The pool cannot continue (an engine died, or ranks would not stop): it must be restarted."""
+
+
+def next_number() -> int:
+    """A number after every cell's so far (snapshot generations asked for between cells take one)."""
+    return next(_cell_numbers)
 
 
 def run_cell(pool: Pool, source: str, options: CellOptions) -> Any:

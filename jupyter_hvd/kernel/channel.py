@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ class CellChannel:
         self.dropped: collections.Counter[str] = collections.Counter()
         self.problems: list[tuple[int, str]] = []  # what failed on the ranks outside any cell's view (new first)
         self.rests: dict[int, Rested] = {}  # each rank's answer to the last rest request
-        self.committed: Committed | None = None  # the newest snapshot rank 0 wrote
+        self.on_committed: Callable[[Committed], None] | None = None  # a rank's part of a snapshot is written
         requests_path, events_path = directory / "requests", directory / "events"
         self.curve = curve or len(str(requests_path)) > IPC_PATH_MAX
         self._auth: Any = None
@@ -231,8 +232,8 @@ class CellChannel:
             self.problems = [(event.rank, event.text), *self.problems][:20]
         elif isinstance(event, Rested):
             self.rests[event.rank] = event
-        elif isinstance(event, Committed) and (self.committed is None or event.seq > self.committed.seq):
-            self.committed = event
+        elif isinstance(event, Committed) and self.on_committed is not None:
+            self.on_committed(event)
 
     def settle(self, ranks: int, timeout: float = 10.0) -> bool:
         """Wait until every rank has handled all requests sent to it so far (a rest, say); whether all did.

@@ -33,7 +33,12 @@ class PoolError(Exception):
 
 
 class CellFailed(PoolError):
-    """A `%%hvd` cell failed on one or more ranks (the rendered text already groups identical errors)."""
+    """A `%%hvd` cell failed on one or more ranks (the rendered text already groups identical errors); `interrupted`:
+    it ended because the user interrupted it."""
+
+    def __init__(self, message: str, hint: str = "", interrupted: bool = False) -> None:
+        super().__init__(message, hint)
+        self.interrupted = interrupted
 
 
 def group_errors(errors: Iterable[dict[str, Any]]) -> str:

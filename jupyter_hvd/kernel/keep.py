@@ -1,16 +1,17 @@
-"""What a pool keeps across restarts, in the kernel: the setup journal (`%%hvd --setup` cells, in order), the kept
-names (`%hvd_keep`), what the latest snapshot holds, and the successful cells of the pool's life (for
-`%hvd_export`).
+"""What a pool keeps across restarts, in the kernel: the setup journal (`%%hvd --setup` cells and `%hvd_push`es, in
+the order they happened), the kept names (`%hvd_keep`), their snapshots (kernel/snapshots.py), and the successful
+cells of the pool's life (for `%hvd_export`).
 
-Runs in the user's kernel; plain records, no I/O. The snapshots themselves are files written by rank 0
-(jupyter_hvd/engine/keep.py); the restore after a restart is kernel/restart.py's.
+Runs in the user's kernel; plain records, no I/O. The snapshots themselves are files the ranks write
+(jupyter_hvd/engine/keep.py); what comes back after a restart is kernel/restart.py's; pushed values are in files of
+the pool's private directory (kernel/transfer.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from .snapshots import Snapshots
 from .words import age_text, size_text
 
 
@@ -25,27 +26,26 @@ class Cell:
 
 
 @dataclass
-class Snapshot:
-    """What rank 0 last wrote (a wire.Committed event)."""
+class Push:
+    """A `%hvd_push` that reached every rank: replayed with the setup cells, in order."""
 
-    seq: int
-    cell: int | None  # execution count of the cell it was taken in (or at the end of)
-    kinds: dict[str, str]  # name -> module | optimizer | value
-    skipped: dict[str, str]  # kept names left out, and why
-    nbytes: int
-    seconds: float
-    at: float  # epoch s
-    mid_cell: bool = False  # taken by jupyter_hvd.commit() inside the cell
-    copy_seconds: float = 0.0  # what the training thread waited for it
+    names: list[str]
+    file: str  # the values, serialised, in the pool's private directory (kernel/transfer.py)
+    count: int | None
+    cell_id: str
+    nbytes: int = 0
+
+
+Entry = Cell | Push
 
 
 @dataclass
 class Keeper:
-    """One pool's journal, kept names and cells."""
+    """One pool's journal, kept names, snapshots and cells."""
 
-    journal: list[Cell] = field(default_factory=list)
+    journal: list[Entry] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
-    snapshot: Snapshot | None = None
+    snapshots: Snapshots = field(default_factory=Snapshots)
     cells: list[Cell] = field(default_factory=list)
 
     def record(self, cell: Cell) -> str:
@@ -54,14 +54,25 @@ class Keeper:
         self.cells.append(cell)
         if not cell.setup:
             return ""
-        for i, entry in enumerate(self.journal):
-            if (cell.cell_id and entry.cell_id == cell.cell_id) or (not cell.cell_id and entry.source == cell.source):
-                self.journal[i] = cell
-                return f"setup cell {i + 1} of {len(self.journal)} replaced"
-        self.journal.append(cell)
-        return f"setup cell {len(self.journal)} recorded"
+        return self._journal(cell, "setup cell")
 
-    def remove(self, number: int) -> Cell:
+    def record_push(self, push: Push) -> str:
+        """A push reached every rank: journaled like a setup cell (the same notebook cell again replaces it)."""
+        return self._journal(push, "push")
+
+    def _journal(self, entry: Entry, what: str) -> str:
+        for i, old in enumerate(self.journal):
+            same_kind = isinstance(old, type(entry))
+            same = entry.cell_id and old.cell_id == entry.cell_id
+            if not entry.cell_id and isinstance(entry, Cell) and isinstance(old, Cell):
+                same = old.source == entry.source
+            if same_kind and same:
+                self.journal[i] = entry
+                return f"{what} {i + 1} of {len(self.journal)} in the setup journal replaced"
+        self.journal.append(entry)
+        return f"{what} recorded as entry {len(self.journal)} of the setup journal"
+
+    def remove(self, number: int) -> Entry:
         """Remove journal entry `number` (1-based); raises IndexError naming the entries there are."""
         if not 1 <= number <= len(self.journal):
             raise IndexError(f"the setup journal has entries 1-{len(self.journal)}" if self.journal else "it is empty")
@@ -81,54 +92,41 @@ class Keeper:
         """Start empty (%hvd_restart --fresh)."""
         self.journal.clear()
         self.names.clear()
-        self.snapshot = None
-
-    def note(self, committed: Any) -> None:
-        """Rank 0 wrote a snapshot (a wire.Committed event)."""
-        if self.snapshot is None or committed.seq >= self.snapshot.seq:
-            self.snapshot = Snapshot(
-                committed.seq,
-                committed.count,
-                dict(committed.kinds),
-                dict(committed.skipped),
-                committed.nbytes,
-                committed.seconds,
-                committed.at,
-                committed.mid_cell,
-                committed.copy_seconds,
-            )
+        self.snapshots.clear()
 
     def listing(self) -> str:
         """What %hvd_keep with no names shows."""
         if not self.names:
             return "Nothing is kept. %hvd_keep NAME [NAME ...] keeps names of the ranks' namespaces across restarts."
         lines = [f"Kept: {', '.join(self.names)}"]
-        snap = self.snapshot
+        snap = self.snapshots.target()
         if snap is None:
             lines.append("No snapshot yet: one is taken at the end of the next successful %%hvd cell.")
-        else:
-            held = ", ".join(f"{n} ({k})" for n, k in snap.kinds.items()) or "nothing"
-            when = f"{origin(snap.cell, snap.mid_cell)}, {age_text(snap.at)} ago"
-            lines.append(
-                f"Last snapshot: {held}, {when}, {size_text(snap.nbytes)} (training waited {snap.copy_seconds:.2f} s "
-                f"for the copy; written in the background in {snap.seconds:.2f} s)."
-            )
-            for name, why in snap.skipped.items():
-                lines.append(f"  {name}: not in it ({why})")
+            return "\n".join(lines)
+        copy = max((r.copy_seconds for r in snap.reports.values()), default=0.0)
+        write = max((r.seconds for r in snap.reports.values()), default=0.0)
+        lines.append(
+            f"Last snapshot (#{snap.number}): {', '.join(snap.names()) or 'nothing'}, {snap.origin()}, "
+            f"{age_text(snap.at)} ago, {size_text(snap.size())} (training waited {copy:.2f} s for the copy; "
+            f"written in the background in {write:.2f} s). %hvd_snapshots lists them all."
+        )
+        for name, why in snap.skipped().items():
+            lines.append(f"  {name}: not in it ({why})")
         return "\n".join(lines)
 
     def journal_listing(self) -> str:
         """What %hvd_setup shows."""
         if not self.journal:
-            return "The setup journal is empty. Cells run with %%hvd --setup are replayed after every restart."
-        lines = [f"Setup journal ({len(self.journal)} cells, replayed in this order after a restart):"]
-        for i, cell in enumerate(self.journal, 1):
-            first = next((ln.strip() for ln in cell.source.splitlines() if ln.strip()), "")
-            lines.append(f"  {i}. cell [{cell.count if cell.count is not None else '?'}]  {first[:70]}")
+            return (
+                "The setup journal is empty. Cells run with %%hvd --setup, and %hvd_push, are replayed after every "
+                "restart."
+            )
+        lines = [f"Setup journal ({len(self.journal)} entries, replayed in this order after a restart):"]
+        for i, entry in enumerate(self.journal, 1):
+            count = f"[{entry.count if entry.count is not None else '?'}]"
+            if isinstance(entry, Push):
+                lines.append(f"  {i}. cell {count}  %hvd_push {' '.join(entry.names)}")
+            else:
+                first = next((ln.strip() for ln in entry.source.splitlines() if ln.strip()), "")
+                lines.append(f"  {i}. cell {count}  {first[:70]}")
         return "\n".join(lines)
-
-
-def origin(count: int | None, mid_cell: bool) -> str:
-    """'from the end of cell [7]' or 'from commit() in cell [8]'."""
-    cell = f"[{count}]" if count is not None else "(no number)"
-    return f"from commit() in cell {cell}" if mid_cell else f"from the end of cell {cell}"

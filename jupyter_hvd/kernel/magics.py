@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
@@ -18,9 +19,10 @@ from . import export, restart, slurm
 from . import pool as pools
 from . import timeline as hvd_timeline
 from . import transfer as hvd_transfer
-from .cell import CellOptions, run_cell
+from .cell import CellOptions, next_number, run_cell
 from .options import options_from, setting, start_arguments
 from .ranks import parse_ranks
+from .words import size_text
 
 _transform = TransformerManager()
 
@@ -208,9 +210,17 @@ class HvdMagics(Magics):
         if missing:
             raise UsageError(f"Not defined in this notebook: {', '.join(missing)}")
         try:
-            hvd_transfer.push(pool, {n: self.shell.user_ns[n] for n in names}, args.timeout)
+            payload = hvd_transfer.push(pool, {n: self.shell.user_ns[n] for n in names}, args.timeout)
         except hvd_transfer.TransferError as exc:
             raise UsageError(str(exc)) from None
+        try:
+            restart.journal_push(pool, payload, self.shell.execution_count, _cell_id(self.shell))
+        except OSError as exc:
+            print(
+                f"jupyter-hvd: pushed, but {', '.join(names)} could not be kept for a replay after a restart "
+                f"({exc.strerror or exc}): push again after a restart.",
+                file=sys.stderr,
+            )
 
     @line_magic
     @magic_arguments()
@@ -265,9 +275,12 @@ class HvdMagics(Magics):
             )
         print(pool.table())
         if pool.keeper.journal:
-            print(f"Setup journal: {len(pool.keeper.journal)} cells, replayed after a restart (%hvd_setup lists them).")
+            print(
+                f"Setup journal: {len(pool.keeper.journal)} entries, replayed after a restart (%hvd_setup lists them)."
+            )
         if pool.keeper.names:
             print(pool.keeper.listing())
+            print(f"Snapshots on disk: {size_text(restart.disk_used(pool))} (%hvd_snapshots lists them).")
         dropped = pool.channel.dropped_text() if pool.channel is not None else ""
         if dropped:
             print(dropped)
@@ -287,7 +300,10 @@ class HvdMagics(Magics):
         if pool is None:
             raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
         t0 = time.monotonic()
-        pool, came_back = restart.restart(pool, fresh=args.fresh)
+        try:
+            pool, came_back = restart.restart(pool, fresh=args.fresh)
+        except KeyboardInterrupt:
+            raise UsageError(pools.current().interrupted_restart() if pools.current() else "Interrupted.") from None
         print(f"Pool restarted in {time.monotonic() - t0:.1f} s: {came_back}.")
         print(pool.table())
 
@@ -307,24 +323,63 @@ class HvdMagics(Magics):
             return
         pool = require_pool()
         keeper = pool.keeper
-        if args.forget:
-            unknown = keeper.forget(args.names)
-            if unknown:
-                print(f"Not kept: {', '.join(unknown)}.")
-            restart.configure(pool)
-        elif args.names:
-            keeper.keep(args.names)
-            restart.configure(pool)
-            with pool.lock:  # a snapshot now, behind whatever the ranks were asked before
-                for r in pool.ranks:
-                    pool.channel.send(r.rank, wire.Commit(self.shell.execution_count))  # type: ignore[union-attr]
+        with pool.lock:
+            if args.forget:
+                unknown = keeper.forget(args.names)
+                if unknown:
+                    print(f"Not kept: {', '.join(unknown)}.")
+                restart.configure(pool)
+            elif args.names:
+                keeper.keep(args.names)
+                restart.configure(pool)
+                gen = (next_number(), 0)
+                for r in pool.ranks:  # a snapshot now, behind whatever the ranks were asked before
+                    pool.channel.send(r.rank, wire.Commit(self.shell.execution_count, gen))  # type: ignore[union-attr]
+            if pool.channel is not None:
+                pool.channel.settle(len(pool.ranks))  # every rank's part is written (a Pong follows its Committed)
+        for news in keeper.snapshots.news:
+            print(f"jupyter-hvd: {news}", file=sys.stderr, flush=True)
+        keeper.snapshots.news.clear()
+        print(keeper.listing())
+
+    @line_magic
+    @magic_arguments()
+    def hvd_snapshots(self, line: str = "") -> None:
+        """List the snapshots of the kept names: number, where they were taken, age, size, names and tags."""
+        if _parse(self.hvd_snapshots, line) is None:
+            return
+        pool = require_pool()
         with pool.lock:
             if pool.channel is not None:
-                pool.channel.settle(len(pool.ranks))  # the copy is taken; its file follows in the background
                 pool.channel.drain()
-                if pool.channel.committed is not None:
-                    keeper.note(pool.channel.committed)
-        print(keeper.listing())
+        print(pool.keeper.snapshots.listing(restart.disk_used(pool)))
+
+    @line_magic
+    @magic_arguments()
+    @argument(
+        "snapshot", nargs="?", default=None, help="the number %%hvd_snapshots shows, or a tag (default: the newest)"
+    )
+    def hvd_rewind(self, line: str = "") -> None:
+        """Load a snapshot of the kept names into the running pool, without a restart: every rank gets its own state
+        back as it was then (e.g. from before the learning rate blew the loss up)."""
+        args = _parse(self.hvd_rewind, line)
+        if args is None:
+            return
+        pool = require_pool()
+        snapshots = pool.keeper.snapshots
+        if not pool.keeper.names:
+            raise UsageError("Nothing is kept: %hvd_keep NAME [NAME ...] first.")
+        with pool.lock:
+            if pool.channel is not None:
+                pool.channel.settle(len(pool.ranks))  # every part written so far is known
+        try:
+            generation = snapshots.find(args.snapshot) if args.snapshot is not None else snapshots.newest()
+        except LookupError as exc:
+            raise UsageError(f"%hvd_rewind {args.snapshot}: {exc}. %hvd_snapshots lists them.") from None
+        if generation is None:
+            raise UsageError("There is no snapshot yet: one is taken at the end of the next successful %%hvd cell.")
+        said = restart.rewind(pool, generation)
+        print(f"Rewound to snapshot #{generation.number}: {said}.")
 
     @line_magic
     @magic_arguments()

@@ -81,6 +81,8 @@ class Pool:
         # After fresh engines started: replay the journal and restore kept names (kernel/restart.py sets it).
         self.bring_back: Callable[[Pool], str] | None = None
         self._bringing_back = False
+        self.engines_started = 0  # sets of engines started so far (a restart while bringing back makes one more)
+        self.coming_back = ""  # what the restart brings back at the moment ("replaying setup entry 2 of 3")
         self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
     # ---- what the pool file shows (kernel/pool_file.py reads these) ----------------------------------------
@@ -124,6 +126,7 @@ class Pool:
         try:
             ip = pool.launcher.start_controller()
             pool.channel = CellChannel(pool.directory, ip, curve=pool.launcher.encrypted())
+            pool.channel.on_committed = lambda report: pool.keeper.snapshots.note(report)
             pool._start_engines()
         except BaseException:
             with deferred_interrupts():  # a second Ctrl-C must not leave half of the processes behind
@@ -143,6 +146,7 @@ class Pool:
     def _start_engines(self) -> None:
         env = {**self.launcher.launch_env(), **self.options.horovod_env()}
         ids = self.launcher.start_engines(env)
+        self.engines_started += 1
         self._bootstrap(ids, env, "cpu" if self.options.cpu else "auto")
         self.set_state("idle", publish=False)
         self._record_processes()
@@ -255,7 +259,19 @@ class Pool:
             return self.bring_back(self)
         finally:
             self._bringing_back = False
-        self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
+
+    def interrupted_restart(self) -> str:
+        """What state a restart left the pool in when the user interrupted it, and what to type."""
+        if self.stopped or not self.ranks:
+            return (
+                "The restart was interrupted while the engines started: the pool is stopped. %hvd_restart starts it "
+                "again and brings back the setup journal and the kept names."
+            )
+        where = f" while {self.coming_back}" if self.coming_back else ""
+        return (
+            f"The restart was interrupted{where}: the engines run, but what the setup journal and the kept names "
+            "bring back is not all there. %hvd_restart brings it all back (%hvd_restart --fresh starts empty)."
+        )
 
     def stop(self) -> None:
         """Stop engines and controller, leave no process behind; the kernel has no pool any more."""

@@ -1,112 +1,172 @@
-"""What comes back after a restart (automatic, %hvd_restart, the sidebar's): the setup journal is replayed on the
-fresh engines, the kept names are restored from the latest snapshot, and one line says what came back and from when.
+"""What comes back after a restart (automatic, %hvd_restart, the sidebar's): the setup journal (setup cells and
+pushes) is replayed on the fresh engines, the kept names are loaded from the snapshot to restore, and one line says
+what came back and from when, and what did not.
+
+A crash while coming back (an engine that dies during the replay or the restore) restarts the engines again and
+comes back again from the same snapshot, a few times at most. A replay or a restore that fails pins the snapshot it
+could not restore: it is not dropped for newer ones, and the next restart (once the cause is mended) restores it.
 
 Runs in the user's kernel. The pool calls `bring_back` after every restart (Pool.bring_back); `restart` is what
-%hvd_restart does.
+%hvd_restart does, `rewind` what %hvd_rewind does.
 """
 
 from __future__ import annotations
 
-import re
+import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 from .. import wire
-from .cell import CellOptions, run_cell
-from .errors import CellFailed
-from .keep import origin
+from . import restore, transfer
+from .keep import Cell, Push
 from .pool import LOST, Pool, set_current
-from .words import age_text
+from .snapshots import Generation
 
-RESTORE = "__import__('jupyter_hvd.engine.keep', fromlist=['restore']).restore()"
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class _Quiet:
-    """The CellView of a cell the user did not type (a replay, the restore): its output is kept, not shown."""
-
-    def __init__(self) -> None:
-        self.text: list[str] = []
-
-    def output(self, rank: int, name: str, text: str) -> None:
-        if rank == 0:
-            self.text.append(text)
-
-    def metrics(self, rank: int, records: Any) -> None:
-        pass
-
-    def straggler(self, message: str | None) -> None:
-        pass
-
-    def tick(self) -> None:
-        pass
-
-    def close(self, ok: bool) -> None:
-        pass
+ATTEMPTS = 3  # times the engines may be lost while coming back before the pool gives up
 
 
-def _run_quietly(pool: Pool, source: str, count: int | None = None) -> tuple[Any, str]:
-    """Run `source` on every rank without showing it; (rank 0's last value, '' or why it failed in one line)."""
-    options = CellOptions(view=_Quiet(), count=count, record=False, display_value=False)
-    try:
-        return run_cell(pool, source, options), ""
-    except CellFailed as exc:
-        lines = [ln.strip() for ln in _ANSI.sub("", exc.message).splitlines() if ln.strip()]
-        return None, lines[0] if lines else "it failed"
+def kept_directory(pool: Pool) -> Path:
+    """Where the ranks write the snapshots: in the pool's private directory (beside its channel's sockets)."""
+    return pool.directory / "kept"
+
+
+def pushed_directory(pool: Pool) -> Path:
+    """Where pushed values are kept for replays and exports."""
+    return pool.directory / "pushed"
+
+
+def disk_used(pool: Pool) -> int:
+    """Bytes the pool's snapshots and pushed values take on this host (data shared by links counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for folder in (kept_directory(pool), pushed_directory(pool)):
+        for root, _, files in os.walk(folder):
+            for name in files:
+                try:
+                    st = os.lstat(os.path.join(root, name))
+                except OSError:
+                    continue
+                if st.st_ino not in seen:
+                    seen.add(st.st_ino)
+                    total += st.st_size
+    return total
 
 
 def bring_back(pool: Pool) -> str:
     """Replay the setup journal on fresh engines, then restore the kept names; what came back, in words."""
+    said = ""
+    for _ in range(ATTEMPTS):
+        started = pool.engines_started
+        try:
+            said = _bring_back_once(pool)
+        finally:
+            pool.coming_back = ""
+        if pool.engines_started == started:
+            return said
+    return (
+        f"the engines were lost {ATTEMPTS} times while the setup journal was replayed or the kept names restored "
+        f"(the last time: {said}); nothing more was tried. %hvd_restart tries again from the same snapshot"
+    )
+
+
+def _bring_back_once(pool: Pool) -> str:
     keeper = pool.keeper
-    said = []
+    started = pool.engines_started
+    said: list[str] = []
     replayed = 0
-    for i, cell in enumerate(keeper.journal, 1):
-        _, failed = _run_quietly(pool, cell.source, cell.count)
+    replay_failed = False
+    for i, entry in enumerate(keeper.journal, 1):
+        pool.coming_back = f"replaying setup entry {i} of {len(keeper.journal)}"
+        failed = _replay(pool, entry)
+        if pool.engines_started != started:
+            return f"the engines were lost during the replay of setup entry {i} ({failed})"
         if failed:
             later = len(keeper.journal) - i
+            what = f"push of {', '.join(entry.names)}" if isinstance(entry, Push) else "setup cell"
             said.append(
-                f"setup cell {i} (cell [{cell.count}]) failed on replay: {failed}"
-                + (f"; the {later} setup cell{'s' if later > 1 else ''} after it were not replayed" if later else "")
+                f"{what} {i} (cell [{entry.count}]) failed on replay: {failed}"
+                + (f"; the {later} entr{'ies' if later > 1 else 'y'} after it were not replayed" if later else "")
             )
+            replay_failed = True
             break
         replayed += 1
     if keeper.journal:
-        said.insert(0, f"replayed {replayed} setup cell{'s' if replayed != 1 else ''}")
+        said.insert(0, _replayed(keeper.journal[:replayed], len(keeper.journal)))
+    configure(pool)
     if keeper.names:
-        said.append(_restore(pool))
+        target = keeper.snapshots.target()
+        if target is None:
+            said.append(f"no snapshot of {', '.join(keeper.names)} was written yet, so nothing was restored")
+        else:
+            pool.coming_back = f"restoring {', '.join(keeper.names)}"
+            result = restore.load(pool, target, str(kept_directory(pool)), keeper.names)
+            if pool.engines_started != started:
+                return f"the engines were lost during the restore ({restore.words(result)})"
+            said.append(restore.words(result))
+            whole = not result["error"] and not result["failed"]
+            if whole and not replay_failed:
+                keeper.snapshots.unpin()
+            else:
+                keeper.snapshots.pin(target)
+                said.append(
+                    f"snapshot #{target.number} stays the one to restore until a restore of it succeeds: mend the "
+                    "cause, then %hvd_restart"
+                )
     return "; ".join(said) if said else LOST
 
 
-def _restore(pool: Pool) -> str:
-    keeper = pool.keeper
-    configure(pool)
-    result, failed = _run_quietly(pool, RESTORE)
-    if failed or not isinstance(result, dict):
-        return f"the kept names were not restored: {failed or 'the restore said nothing'}"
-    if result.get("missing"):
-        return f"no snapshot of {', '.join(keeper.names)} was written yet, so nothing was restored"
-    said = []
-    if result["restored"]:
-        when = f", {age_text(result['at'])} ago" if result.get("at") else ""
-        said.append(f"restored {', '.join(result['restored'])} {origin(result.get('cell'), result['mid_cell'])}{when}")
-    for name, why in result["failed"].items():
-        said.append(f"not restored: {name} ({why})")
-    return "; ".join(said) or "nothing was kept in the last snapshot"
+def _replayed(done: list[Cell | Push], of: int) -> str:
+    """'replayed 2 setup cells and 1 push', or 'replayed 1 of 3 setup entries'."""
+    if len(done) < of:
+        return f"replayed {len(done)} of {of} setup entries"
+    cells = sum(isinstance(e, Cell) for e in done)
+    pushes = len(done) - cells
+    parts = [f"{cells} setup cell{'s' if cells != 1 else ''}"] if cells else []
+    parts += [f"{pushes} push{'es' if pushes != 1 else ''}"] if pushes else []
+    return f"replayed {' and '.join(parts)}"
 
 
-def kept_directory(pool: Pool) -> Path:
-    """Where rank 0 writes the snapshots: in the pool's private directory (beside its channel's sockets)."""
-    return pool.directory / "kept"
+def _replay(pool: Pool, entry: Cell | Push) -> str:
+    """Replay one journal entry; '' or why it failed."""
+    if isinstance(entry, Push):
+        try:
+            transfer.send(pool, transfer.load(pushed_directory(pool) / entry.file))
+        except (OSError, transfer.TransferError) as exc:
+            return str(exc)
+        return ""
+    _, failed = restore.run_quietly(pool, entry.source, entry.count)
+    return failed
 
 
 def configure(pool: Pool) -> None:
     """Tell every rank what to keep and where its snapshots go."""
     if pool.channel is None:
         return
+    pool.keeper.snapshots.ranks = len(pool.ranks)
     request = wire.Keep(list(pool.keeper.names), str(kept_directory(pool)))
     for r in pool.ranks:
         pool.channel.send(r.rank, request)
+
+
+def journal_push(pool: Pool, payload: transfer.Payload, count: int | None, cell_id: str) -> None:
+    """A push reached every rank: keep its values for the replay after a restart, in the journal's order."""
+    number = sum(isinstance(e, Push) for e in pool.keeper.journal) + len(pool.keeper.cells) + 1
+    file = f"push-{number}-{'-'.join(payload.names)[:60]}.bin"
+    transfer.save(payload, pushed_directory(pool) / file)
+    replaced = [e for e in pool.keeper.journal if isinstance(e, Push) and cell_id and e.cell_id == cell_id]
+    pool.keeper.record_push(Push(list(payload.names), file, count, cell_id, payload.nbytes))
+    for old in replaced:
+        (pushed_directory(pool) / old.file).unlink(missing_ok=True)
+
+
+def rewind(pool: Pool, generation: Generation) -> str:
+    """%hvd_rewind: load an earlier snapshot into the running pool, without a restart."""
+    with pool.lock:
+        configure(pool)
+        result = restore.load(pool, generation, str(kept_directory(pool)), pool.keeper.names)
+    if not result["error"] and not result["failed"]:
+        pool.keeper.snapshots.unpin()
+    return restore.words(result)
 
 
 def restart(pool: Pool, fresh: bool = False) -> tuple[Pool, str]:
@@ -116,12 +176,14 @@ def restart(pool: Pool, fresh: bool = False) -> tuple[Pool, str]:
     if fresh:
         pool.keeper.clear()
         shutil.rmtree(kept_directory(pool), ignore_errors=True)
+        shutil.rmtree(pushed_directory(pool), ignore_errors=True)
     if pool.stopped:
         old = pool
         pool = Pool.start(old.options)
         pool.keeper = old.keeper  # what the old pool kept comes back on the new one
-        if kept_directory(old).is_dir():
-            shutil.copytree(kept_directory(old), kept_directory(pool), dirs_exist_ok=True)
+        for folder in (kept_directory, pushed_directory):
+            if folder(old).is_dir():
+                shutil.copytree(folder(old), folder(pool), dirs_exist_ok=True)
         shutil.rmtree(old.directory, ignore_errors=True)
         pool.bring_back = bring_back
         set_current(pool)

@@ -10,7 +10,11 @@ bounds the rest.
 
 from __future__ import annotations
 
+import os
+import pickle
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ipyparallel as ipp
@@ -24,32 +28,9 @@ from .words import size_text
 ANNOUNCE_BYTES = 50 * 1024 * 1024  # transfers above this say their size before they start
 SLICE_S = 0.1  # a wait checks the ranks' health (and lets a Ctrl-C land) this often
 
-# Why a value cannot be pickled, in the user's words, by what pickle names in its message.
-_WHY = {
-    "_thread.lock": "it holds a thread lock",
-    "_thread.RLock": "it holds a thread lock",
-    "_thread._local": "it holds thread-local state",
-    "generator": "it is a generator (a running function's state)",
-    "coroutine": "it is a coroutine",
-    "_io.": "it holds an open file",
-    "socket": "it holds a socket",
-    "SSLContext": "it holds an SSL context",
-    "Connection": "it holds a connection",
-    "frame": "it holds a stack frame",
-    "module": "it is or holds a module",
-}
-
 
 class TransferError(Exception):
     """A push or pull that could not complete; the message is one line for the user (nothing was changed)."""
-
-
-def _why(exc: BaseException) -> str:
-    text = str(exc)
-    for key, why in _WHY.items():
-        if key in text:
-            return why
-    return "it cannot be pickled"
 
 
 def wait(pool: Pool, ar: ipp.AsyncResult, ranks: list[int], what: str, timeout: float) -> list[Any]:
@@ -102,31 +83,57 @@ def _serialise(name: str, value: Any) -> tuple[bytes, list[memoryview]]:
         return wire.dumps(value)
     except Exception as exc:
         raise TransferError(
-            f"{name} cannot be sent to the ranks: {_why(exc)} ({type(exc).__name__}: {exc}). "
+            f"{name} cannot be sent to the ranks: {wire.why_unpicklable(exc)} ({type(exc).__name__}: {exc}). "
             "Create it inside a %%hvd cell instead, or send the data it is built from."
         ) from None
 
 
-def push(pool: Pool, values: dict[str, Any], timeout: float | None = None) -> int:
-    """Send `values` (name -> value) to every rank, bound to the same names there; the bytes sent per rank.
+@dataclass
+class Payload:
+    """Notebook values serialised for the ranks: what a push sends, and what the setup journal replays."""
+
+    names: list[str]
+    headers: list[bytes]
+    counts: list[int]  # out-of-band buffers of each value, in order
+    buffers: list[Any]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(h) for h in self.headers) + sum(memoryview(b).nbytes for b in self.buffers)
+
+
+def serialise(values: dict[str, Any]) -> Payload:
+    """`values` (name -> value) as bytes; raises TransferError naming the first one that cannot go."""
+    payload = Payload([], [], [], [])
+    for name, value in values.items():
+        header, bufs = _serialise(name, value)
+        payload.names.append(name)
+        payload.headers.append(header)
+        payload.counts.append(len(bufs))
+        payload.buffers += bufs
+    return payload
+
+
+def push(pool: Pool, values: dict[str, Any], timeout: float | None = None) -> Payload:
+    """Send `values` (name -> value) to every rank, bound to the same names there; what was sent.
 
     Every value is serialised before anything is sent, so a value that cannot go stops the push with nothing sent.
     Raises TransferError (one line) and KeyboardInterrupt; waits at most `timeout` (default: the pool's --timeout).
     """
+    payload = serialise(values)
+    send(pool, payload, timeout)
+    return payload
+
+
+def send(pool: Pool, payload: Payload, timeout: float | None = None) -> None:
+    """Send serialised values to every rank (a push, or its replay after a restart)."""
     assert pool.view is not None
-    names, headers, counts, buffers = [], [], [], []
-    for name, value in values.items():
-        header, bufs = _serialise(name, value)
-        names.append(name)
-        headers.append(header)
-        counts.append(len(bufs))
-        buffers += bufs
-    total = sum(len(h) for h in headers) + sum(b.nbytes for b in buffers)
+    names = payload.names
     ranks = [r.rank for r in pool.ranks]
     what = f"Pushing {', '.join(names)}"
-    if total > ANNOUNCE_BYTES:
-        print(f"pushing {', '.join(names)} to {len(ranks)} ranks: {size_text(total)} each...", flush=True)
-    ar = pool.view.apply_async(wire.call, "transfer.receive", names, headers, counts, *buffers)
+    if payload.nbytes > ANNOUNCE_BYTES:
+        print(f"pushing {', '.join(names)} to {len(ranks)} ranks: {size_text(payload.nbytes)} each...", flush=True)
+    ar = pool.view.apply_async(wire.call, "transfer.receive", names, payload.headers, payload.counts, *payload.buffers)
     try:
         outcomes = wait(pool, ar, ranks, what, pool.options.timeout if timeout is None else timeout)
     except KeyboardInterrupt:
@@ -141,7 +148,32 @@ def push(pool: Pool, values: dict[str, Any], timeout: float | None = None) -> in
             f"{o['name']} could not be rebuilt on {format_ranks([r for r, _ in failed])} ({o['ename']}: "
             f"{o['evalue']}); no name was changed there. Import what it needs in a %%hvd cell first."
         )
-    return total
+
+
+def save(payload: Payload, path: Path) -> None:
+    """Write a payload to a new file of the user's own (the pool's private directory), for replays and exports."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    sizes = [memoryview(b).nbytes for b in payload.buffers]
+    head = pickle.dumps((payload.names, payload.headers, payload.counts, sizes), protocol=pickle.HIGHEST_PROTOCOL)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(len(head).to_bytes(8, "little"))
+        f.write(head)
+        for b in payload.buffers:
+            f.write(b)
+
+
+def load(path: Path) -> Payload:
+    """What `save` wrote."""
+    with open(path, "rb") as f:
+        head = f.read(int.from_bytes(f.read(8), "little"))
+        names, headers, counts, sizes = pickle.loads(head)
+        buffers = []
+        for size in sizes:
+            buffer = bytearray(size)  # writable: tensors are rebuilt on it in place
+            f.readinto(buffer)
+            buffers.append(buffer)
+    return Payload(names, headers, counts, buffers)
 
 
 def pull(pool: Pool, name: str, rank: int = 0, timeout: float | None = None) -> Any:
@@ -161,7 +193,7 @@ def pull(pool: Pool, name: str, rank: int = 0, timeout: float | None = None) -> 
             if info["ename"] == "NameError":
                 raise TransferError(f"{name} is not defined on {where}")
             raise TransferError(
-                f"{name} cannot be fetched from {where}: {_why(Exception(info['evalue']))} "
+                f"{name} cannot be fetched from {where}: {wire.why_unpicklable(Exception(info['evalue']))} "
                 f"({info['ename']}: {info['evalue']})"
             )
         free = psutil.virtual_memory().available

@@ -1,0 +1,146 @@
+"""A snapshot loaded into the pool's engines, whole or not at all: after a restart, and for %hvd_rewind.
+
+Two steps, each a cell the user does not see (engine/keep_restore.py): every rank prepares its part of the
+generation without touching its namespace, and says which names it could bring back; then every rank applies the
+names that every rank could. The stop button during the first step leaves every rank as it was; the second cannot be
+stopped half way (it only copies into memory), so ranks never end up some at the snapshot and some not.
+
+Runs in the user's kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from .cell import CellOptions, run_cell
+from .errors import CellFailed
+from .pool import Pool
+from .ranks import format_ranks
+from .snapshots import Generation, describe
+
+ENGINE = "__import__('jupyter_hvd.engine.keep_restore', fromlist=['prepare'])"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class Quiet:
+    """The CellView of a cell the user did not type (a replay, a restore): its output is kept, not shown."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+
+    def output(self, rank: int, name: str, text: str) -> None:
+        if rank == 0:
+            self.text.append(text)
+
+    def metrics(self, rank: int, records: Any) -> None:
+        pass
+
+    def straggler(self, message: str | None) -> None:
+        pass
+
+    def tick(self) -> None:
+        pass
+
+    def close(self, ok: bool) -> None:
+        pass
+
+
+def run_quietly(pool: Pool, source: str, count: int | None = None, every_value: bool = False) -> tuple[Any, str]:
+    """Run `source` on every rank without showing it; (rank 0's last value, or every rank's with `every_value`;
+    '' or why it failed, in one line)."""
+    options = CellOptions(view=Quiet(), count=count, record=False, display_value=False, every_value=every_value)
+    try:
+        return run_cell(pool, source, options), ""
+    except CellFailed as exc:
+        if exc.interrupted:  # the stop button: what runs quietly for the user stops too
+            raise KeyboardInterrupt from None
+        lines = [ln.strip() for ln in _ANSI.sub("", exc.message).splitlines() if ln.strip()]
+        return None, lines[0] if lines else "it failed"
+
+
+def load(pool: Pool, generation: Generation, directory: str, kept: list[str]) -> dict[str, Any]:
+    """Load the `kept` names of `generation` into every rank: {"restored": names, "failed": {name: why}, "error": why
+    nothing came back (or ''), "interrupted": whether the stop button was pressed while it was put in place, and the
+    generation's count, at, mid_cell}."""
+    result: dict[str, Any] = {
+        "restored": [],
+        "failed": {},
+        "error": "",
+        "interrupted": False,
+        "count": generation.count,
+        "at": generation.at,
+        "mid_cell": generation.mid_cell,
+    }
+    skipped = generation.skipped()
+    for name in kept:
+        if name not in generation.names():
+            result["failed"][name] = f"not in the snapshot: {skipped.get(name, 'kept after it was taken')}"
+    plan = dict(generation.parts)
+    answers, failed = run_quietly(pool, f"{ENGINE}.prepare({plan!r}, {directory!r})", every_value=True)
+    if failed or not isinstance(answers, dict):
+        result["error"] = f"the snapshot could not be read: {failed or 'the ranks said nothing'}"
+        return result
+    names = [n for n in generation.names() if n in kept]
+    prepared = {
+        r: {n: why for n, why in a.get("failed", {}).items() if n in kept or n == "*"} for r, a in answers.items()
+    }
+    result["failed"].update(_failures(prepared, len(pool.ranks)))
+    ready = [n for n in names if all(n in a.get("ok", []) for a in answers.values())]
+    if not ready:
+        return result
+    with _interrupts_wait() as caught:
+        applied, failed = run_quietly(pool, f"{ENGINE}.apply({ready!r})", every_value=True)
+    result["interrupted"] = bool(caught)
+    if failed or not isinstance(applied, dict):
+        result["error"] = f"the snapshot could not be put in place: {failed or 'the ranks said nothing'}"
+        return result
+    result["failed"].update(_failures({r: a.get("failed", {}) for r, a in applied.items()}, len(pool.ranks)))
+    result["restored"] = [n for n in ready if all(n in a.get("applied", []) for a in applied.values())]
+    return result
+
+
+def _failures(by_rank: dict[int, dict[str, str]], ranks: int) -> dict[str, str]:
+    """name -> why it did not come back, naming the ranks where not all of them failed alike."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for rank, failed in sorted(by_rank.items()):
+        for name, why in failed.items():
+            out.setdefault(name, {}).setdefault(why, []).append(rank)
+    said = {}
+    for name, whys in out.items():
+        parts = [why if len(rs) == ranks else f"{format_ranks(rs)}: {why}" for why, rs in whys.items()]
+        key = "this rank's snapshot" if name == "*" else name
+        said[key] = "; ".join(parts)
+    return said
+
+
+def words(result: dict[str, Any]) -> str:
+    """What a load brought back, in one line."""
+    if result["error"]:
+        return result["error"]
+    said = []
+    if result["restored"]:
+        said.append(describe(result))
+    for name, why in result["failed"].items():
+        said.append(f"not restored: {name} ({why})")
+    if result["interrupted"]:
+        said.append("the stop button was pressed while the snapshot was put in place, which finished first")
+    return "; ".join(said) or "nothing was kept in the snapshot"
+
+
+@contextlib.contextmanager
+def _interrupts_wait() -> Iterator[list[int]]:
+    """Ctrl-C is noted, not raised, while the block runs (on the main thread; elsewhere none can land)."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    saved = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, saved)

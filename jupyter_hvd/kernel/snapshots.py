@@ -1,0 +1,230 @@
+"""A pool's snapshots as the kernel sees them: generations put together from every rank's part, which one a restore
+uses, which stay on disk, and what `%hvd_snapshots` shows.
+
+Each rank writes its own part of a generation, or says its state is that of an earlier part of its own (nothing of
+it changed): a generation is complete when every rank has said. Only complete generations are restored. The last
+`kept` of them stay, with the tagged ones (`jupyter_hvd.commit(tag=...)`) and the one a failed restore could not bring
+back (pinned until a restore of it succeeds), so the last good snapshot is never replaced by state that was not
+restored. What is dropped is deleted by the ranks that wrote it (`expire`).
+
+Runs in the user's kernel; plain records, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..wire import Committed, GenId
+from .words import age_text, size_text
+
+
+@dataclass
+class Generation:
+    """One snapshot: every rank's part of it."""
+
+    gen: GenId
+    count: int | None = None  # the notebook's execution count of the cell it was taken in (or at the end of)
+    mid_cell: bool = False  # taken by jupyter_hvd.commit() inside the cell
+    tag: str = ""
+    at: float = 0.0
+    parts: dict[int, GenId] = field(default_factory=dict)  # rank -> the generation whose part holds its state
+    reports: dict[int, Committed] = field(default_factory=dict)
+    number: int = 0  # as %hvd_snapshots shows it, once complete
+
+    def names(self) -> list[str]:
+        names: list[str] = []
+        for report in self.reports.values():
+            names += [n for n in report.kinds if n not in names and n not in report.skipped]
+        return names
+
+    def skipped(self) -> dict[str, str]:
+        skipped: dict[str, str] = {}
+        for rank, report in sorted(self.reports.items()):
+            for name, why in report.skipped.items():
+                skipped.setdefault(name, f"{why} (rank {rank})" if len(self.reports) > 1 else why)
+        return skipped
+
+    def size(self) -> int:
+        """Bytes of tensor data it holds (data shared by ranks counted once)."""
+        blobs: dict[str, int] = {}
+        for report in self.reports.values():
+            blobs.update(report.blobs)
+        return sum(blobs.values())
+
+    def origin(self) -> str:
+        return origin(self.count, self.mid_cell)
+
+
+class Snapshots:
+    """The generations of one pool, newest last."""
+
+    def __init__(self, kept: int = 3) -> None:
+        self.kept = kept
+        self.ranks = 0  # how many parts make a generation
+        self.generations: dict[GenId, Generation] = {}
+        self.written: dict[int, set[GenId]] = {}  # rank -> its parts on disk
+        self.newest_part: dict[int, GenId] = {}
+        self.pinned: GenId | None = None  # the last good generation, while a restore of it failed
+        self.news: list[str] = []  # to say under the next cell
+        self._said: set[tuple[str, str]] = set()
+        self._numbers = 0
+
+    def clear(self) -> None:
+        self.generations.clear()
+        self.written.clear()
+        self.newest_part.clear()
+        self.pinned = None
+
+    # ---- what the ranks say ---------------------------------------------------------------------------------
+
+    def note(self, report: Committed) -> None:
+        """A rank wrote its part of a generation, or said it is the same as an earlier part of its own."""
+        g = self.generations.setdefault(tuple(report.gen), Generation(tuple(report.gen)))  # type: ignore[arg-type]
+        if report.changed:
+            self.written.setdefault(report.rank, set()).add(g.gen)
+            g.parts[report.rank] = g.gen
+            self.newest_part[report.rank] = max(g.gen, self.newest_part.get(report.rank, g.gen))
+        elif report.same_as is not None:
+            g.parts[report.rank] = tuple(report.same_as)  # type: ignore[assignment]
+        g.reports[report.rank] = report
+        g.count, g.mid_cell, g.at = report.count, report.mid_cell, max(g.at, report.at)
+        g.tag = g.tag or report.tag
+        for name, why in report.skipped.items():
+            if why != "not defined":
+                self._say(name, f"{name} is not kept: {why}. The other kept names are.")
+        # A part said to be "the same as" an earlier one may still be on its way to disk: complete in order.
+        for waiting in sorted(self.generations.values(), key=lambda w: w.gen):
+            if not waiting.number and self._whole(waiting):
+                self._completed(waiting)
+
+    def _whole(self, g: Generation) -> bool:
+        return (
+            bool(self.ranks)
+            and len(g.parts) == self.ranks
+            and all(part in self.written.get(rank, ()) for rank, part in g.parts.items())
+        )
+
+    def _completed(self, g: Generation) -> None:
+        newest = self.newest()
+        if newest is not None and newest.gen != g.gen and newest.parts == g.parts and not g.tag:
+            del self.generations[g.gen]  # nothing changed on any rank: the same snapshot again
+            return
+        if not g.number:
+            self._numbers += 1
+            g.number = self._numbers
+        for name in g.names():
+            kinds = {r.kinds.get(name, "").split(":")[0] for r in g.reports.values()}
+            digests = {r.rank: r.digests.get(name) for r in g.reports.values() if r.digests.get(name)}
+            if kinds & {"module", "optimizer"} and len(set(digests.values())) > 1:
+                ranks = sorted(digests)
+                self._say(
+                    name,
+                    f"{name} differs between ranks {', '.join(map(str, ranks))} (e.g. buffers such as BatchNorm "
+                    "statistics that training does not synchronise): each rank's own is kept.",
+                )
+
+    def _say(self, key: str, text: str) -> None:
+        if (key, text) not in self._said:
+            self._said.add((key, text))
+            self.news.append(text)
+
+    def commits_differ(self, count: int | None, commits: dict[int, int]) -> None:
+        """At a cell's end: how many times each rank called commit(); a generation without every rank is named."""
+        if len(set(commits.values())) <= 1:
+            return
+        said = ", ".join(f"{n} on rank {r}" for r, n in sorted(commits.items()))
+        self._say(
+            f"commits {count}",
+            f"jupyter_hvd.commit() ran {said} in cell [{count}]: a snapshot holds every rank's state, so only the "
+            f"first {min(commits.values())} could be kept. Call commit() on every rank.",
+        )
+
+    # ---- which generation -----------------------------------------------------------------------------------
+
+    def complete(self) -> list[Generation]:
+        return sorted((g for g in self.generations.values() if g.number), key=lambda g: g.gen)
+
+    def newest(self) -> Generation | None:
+        done = self.complete()
+        return done[-1] if done else None
+
+    def target(self) -> Generation | None:
+        """What a restore brings back: the pinned generation, else the newest complete one."""
+        if self.pinned is not None and self.pinned in self.generations:
+            return self.generations[self.pinned]
+        return self.newest()
+
+    def find(self, ref: str) -> Generation:
+        """The generation %hvd_snapshots numbers `ref`, or tagged `ref`; LookupError naming what there is."""
+        for g in self.complete():
+            if ref == g.tag or (ref.isdigit() and int(ref) == g.number):
+                return g
+        there = ", ".join(f"{g.number}" + (f" ({g.tag})" if g.tag else "") for g in self.complete())
+        raise LookupError(f"no snapshot {ref}: there are {there}" if there else "there is no snapshot yet")
+
+    def pin(self, g: Generation) -> None:
+        self.pinned = g.gen
+
+    def unpin(self) -> None:
+        self.pinned = None
+
+    def expire(self) -> dict[int, list[GenId]]:
+        """Drop what is no longer kept; per rank, the parts it must delete."""
+        done = self.complete()
+        if not done:
+            return {}
+        keep = {g.gen for g in done[-self.kept :]} | {g.gen for g in done if g.tag}
+        if self.pinned is not None:
+            keep.add(self.pinned)
+        newest = done[-1].gen
+        for gen in list(self.generations):
+            if gen not in keep and gen < newest:
+                del self.generations[gen]  # older ones, and ones some rank never completed
+        live: dict[int, set[GenId]] = {}
+        for g in self.generations.values():
+            for rank, part in g.parts.items():
+                live.setdefault(rank, set()).add(part)
+        delete: dict[int, list[GenId]] = {}
+        for rank, parts in self.written.items():
+            keep_parts = live.get(rank, set()) | {self.newest_part.get(rank)}
+            gone = sorted(p for p in parts if p < newest and p not in keep_parts)
+            if gone:
+                delete[rank] = gone
+                parts.difference_update(gone)
+        return delete
+
+    # ---- what the user sees ---------------------------------------------------------------------------------
+
+    def listing(self, disk: int | None = None) -> str:
+        done = self.complete()
+        if not done:
+            return "No snapshot yet: one is taken at the end of the next successful %%hvd cell."
+        target = self.target()
+        lines = [f"{'#':>3}  {'taken':<26} {'age':>8}  {'size':>9}  names"]
+        for g in reversed(done):
+            mark = ""
+            if g.tag:
+                mark += f"  tag {g.tag!r}"
+            if target is not None and g.gen == target.gen:
+                mark += "  <- a restart restores this one" + (" (last good: pinned)" if self.pinned else "")
+            lines.append(
+                f"{g.number:>3}  {g.origin()[5:]:<26} {age_text(g.at):>8}  {size_text(g.size()):>9}  "
+                f"{', '.join(g.names())}{mark}"
+            )
+        kept = f"The last {self.kept} are kept, and tagged ones (jupyter_hvd.commit(tag=...))"
+        lines.append(kept + (f"; {size_text(disk)} on disk." if disk is not None else "."))
+        lines.append("%hvd_rewind N (or TAG) loads one into the running pool.")
+        return "\n".join(lines)
+
+
+def origin(count: int | None, mid_cell: bool) -> str:
+    """'from the end of cell [7]' or 'from commit() in cell [8]'."""
+    cell = f"[{count}]" if count is not None else "(no number)"
+    return f"from commit() in cell {cell}" if mid_cell else f"from the end of cell {cell}"
+
+
+def describe(result: dict[str, Any]) -> str:
+    """'restored model, opt from commit() in cell [8], 3 s ago'."""
+    when = f", {age_text(result['at'])} ago" if result.get("at") else ""
+    return f"restored {', '.join(result['restored'])} {origin(result.get('count'), bool(result.get('mid_cell')))}{when}"

@@ -1,0 +1,131 @@
+"""Kept means kept, for the objects of an everyday notebook: each rank gets its own state back (a sampler's shard,
+per-rank counters), objects with a state_dict are loaded into the live objects the setup cells rebuilt (a scheduler
+still drives its optimizer), one value that cannot be kept spoils nothing, pushed values are replayed with the setup
+cells, and what did not come back is named.
+
+Real kernels with real 2-rank CPU pools; every check reads each rank's state, not only a message.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import Kernel, wait_until_gone
+
+START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2"
+
+EVERYDAY = """%%hvd --setup
+from torch.utils.data import DistributedSampler, TensorDataset
+dataset = TensorDataset(torch.arange(8.0))
+sampler = DistributedSampler(dataset, num_replicas=size, rank=rank, shuffle=False)
+model = torch.nn.Linear(2, 2)
+opt = torch.optim.SGD(model.parameters(), lr=1.0)
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+seen = 0
+history = {"rank": rank, "losses": []}
+"""
+
+STEP = """%%hvd
+sampler.set_epoch(3)
+opt.step(); sched.step()
+seen += 10 * (rank + 1)
+history["losses"].append(rank + 0.5)
+"""
+
+# Each rank's view, as one JSON line per rank (rank 0 prints, the others' lines are pulled).
+REPORT = """%%hvd
+import json
+state = json.dumps({"rank": rank, "sampler_rank": sampler.rank, "shard": list(sampler), "epoch": sampler.epoch,
+    "lr": opt.param_groups[0]["lr"], "sched_drives_opt": sched.optimizer is opt, "seen": seen,
+    "history": history, "after_step": None})
+"""
+
+
+def per_rank(k: Kernel, code: str = REPORT) -> list[dict]:
+    r = k.run(code)
+    assert r.status == "ok", r.error_text
+    out = []
+    for rank in (0, 1):
+        got = k.run(f"%hvd_pull state --rank {rank}\nprint('@@', state)")
+        assert got.status == "ok", got.error_text
+        out.append(json.loads(got.stdout.split("@@ ", 1)[1]))
+    return out
+
+
+@pytest.fixture
+def kernel():
+    k = Kernel()
+    yield k
+    k.shutdown()
+    assert wait_until_gone(f"hvd-{k.pid}-") == []
+
+
+def test_each_rank_gets_its_own_sampler_counters_and_a_scheduler_that_drives_the_live_optimizer(kernel):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run(EVERYDAY).status == "ok"
+    assert k.run("%hvd_keep sampler model opt sched seen history").status == "ok"
+    assert k.run(STEP).status == "ok"
+    before = per_rank(k)
+    assert [b["shard"] for b in before] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    r = k.run("%hvd_restart", timeout=120)
+    assert r.status == "ok", r.error_text
+    assert "restored" in r.stdout, r.stdout
+    after = per_rank(k)
+    for rank in (0, 1):
+        assert after[rank]["sampler_rank"] == rank, after[rank]
+        assert after[rank]["shard"] == before[rank]["shard"], (rank, after[rank])
+        assert after[rank]["epoch"] == 3
+        assert after[rank]["seen"] == 10 * (rank + 1), after[rank]
+        assert after[rank]["history"] == {"rank": rank, "losses": [rank + 0.5]}, after[rank]
+        assert after[rank]["lr"] == 0.5, after[rank]
+        assert after[rank]["sched_drives_opt"], "the restored scheduler holds a copy of the optimizer"
+    # The restored scheduler drives the live optimizer: one more step halves its learning rate on every rank.
+    r = k.run("%%hvd\nsched.step()\nprint('lr', opt.param_groups[0]['lr'])")
+    assert r.status == "ok" and "lr 0.25" in r.stdout, r.stdout + r.error_text
+
+
+def test_one_value_that_cannot_be_kept_spoils_nothing_and_commit_never_raises(kernel):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    setup = "%%hvd --setup\nmodel = torch.nn.Linear(3, 1)\nsteps = 0\nfeed = (i for i in range(100))\n"
+    assert k.run(setup).status == "ok"
+    r = k.run("%hvd_keep model feed steps")
+    assert r.status == "ok", r.error_text
+    said = r.stdout + r.stderr
+    assert "feed" in said and "generator" in said, said
+    train = (
+        "%%hvd\nimport jupyter_hvd\nwith torch.no_grad():\n    model.weight += 1\nsteps += 1\n"
+        "jupyter_hvd.commit()\nprint('after commit', steps)"
+    )
+    r = k.run(train)
+    assert r.status == "ok" and "after commit 1" in r.stdout, r.stdout + r.error_text
+    r = k.run(train)
+    assert r.status == "ok", r.error_text
+    # Said once (at %hvd_keep), not at every commit.
+    assert "generator" not in r.stdout + r.stderr, r.stdout + r.stderr
+    w = k.run("%%hvd\nw = model.weight.sum().item()\nprint('w', round(w, 3), 'steps', steps)")
+    before = w.stdout.split("w ", 1)[1].strip()
+    r = k.run("%hvd_restart", timeout=120)
+    assert r.status == "ok", r.error_text
+    assert "model" in r.stdout and "steps" in r.stdout and "feed" in r.stdout, r.stdout
+    w = k.run("%%hvd\nw = model.weight.sum().item()\nprint('w', round(w, 3), 'steps', steps)")
+    assert w.stdout.split("w ", 1)[1].strip() == before, (w.stdout, before)
+
+
+def test_pushed_values_are_replayed_in_order_with_the_setup_cells(kernel):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run("cfg = {'width': 5}\n%hvd_push cfg").status == "ok"
+    r = k.run("%%hvd --setup\nmodel = torch.nn.Linear(cfg['width'], 1)\nsteps = 0")
+    assert r.status == "ok", r.error_text
+    listing = k.run("%hvd_setup").stdout
+    assert "push" in listing and "cfg" in listing, listing
+    assert k.run("%hvd_keep model steps").status == "ok"
+    assert k.run("%%hvd\nsteps = 7").status == "ok"
+    r = k.run("%hvd_restart", timeout=120)
+    assert r.status == "ok", r.error_text
+    assert "failed" not in r.stdout, r.stdout
+    r = k.run("%%hvd\nprint('width', model.in_features, 'steps', steps, 'cfg', cfg)")
+    assert r.status == "ok" and "width 5 steps 7" in r.stdout, r.stdout + r.error_text
