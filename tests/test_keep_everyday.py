@@ -129,3 +129,79 @@ def test_pushed_values_are_replayed_in_order_with_the_setup_cells(kernel):
     assert "failed" not in r.stdout, r.stdout
     r = k.run("%%hvd\nprint('width', model.in_features, 'steps', steps, 'cfg', cfg)")
     assert r.status == "ok" and "width 5 steps 7" in r.stdout, r.stdout + r.error_text
+
+
+def test_a_module_that_differs_between_ranks_is_kept_per_rank_and_said_once(kernel):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    # BatchNorm statistics are not synchronised by data-parallel training: each rank's differ.
+    setup = "%%hvd --setup\ntorch.manual_seed(0)\nnet = torch.nn.BatchNorm1d(3)\n"
+    assert k.run(setup).status == "ok"
+    assert k.run("%hvd_keep net").status == "ok"
+    step = "%%hvd\nnet(torch.randn(8, 3) + 10 * rank)\nstats = net.running_mean.tolist()"
+    r = k.run(step)
+    assert r.status == "ok", r.error_text
+    said = r.stdout + r.stderr + k.run(step).stderr
+    assert said.count("net differs between ranks 0, 1") == 1, said
+    before = [k.run(f"%hvd_pull stats --rank {rank}\nprint('@@', stats)").stdout for rank in (0, 1)]
+    assert before[0] != before[1]
+    assert k.run("%hvd_restart", timeout=120).status == "ok"
+    assert k.run("%%hvd\nstats = net.running_mean.tolist()").status == "ok"
+    after = [k.run(f"%hvd_pull stats --rank {rank}\nprint('@@', stats)").stdout for rank in (0, 1)]
+    assert after == before
+
+
+def test_a_failed_replay_never_loses_the_last_good_snapshot_and_a_mended_restart_brings_it_back(kernel, tmp_path):
+    k = kernel
+    data = tmp_path / "width.txt"
+    data.write_text("4")
+    assert k.run(START, timeout=120).status == "ok"
+    setup = f"%%hvd --setup\nmodel = torch.nn.Linear(int(open({str(data)!r}).read()), 1)\nsteps = 0"
+    assert k.run(setup).status == "ok"
+    assert k.run("%hvd_keep model steps").status == "ok"
+    train = "%%hvd\nwith torch.no_grad():\n    model.weight += 1\nsteps += 1\nw = model.weight.sum().item()"
+    assert k.run(train).status == "ok"
+    good = k.run("%hvd_pull w\nprint('@@', round(w, 4))").stdout.split("@@ ")[1].strip()
+    data.unlink()  # the setup cell cannot run again: model is not rebuilt
+    r = k.run("%hvd_restart", timeout=120)
+    assert r.status == "ok", r.error_text
+    assert "FileNotFoundError" in r.stdout and "not restored: model" in r.stdout, r.stdout
+    assert "stays the one to restore" in r.stdout, r.stdout
+    # More cells than snapshots are kept: each changes steps, none may push the good snapshot out.
+    for _ in range(5):
+        assert k.run("%%hvd\nsteps += 100").status == "ok"
+    listing = k.run("%hvd_snapshots").stdout
+    assert "pinned" in listing, listing
+    data.write_text("4")
+    r = k.run("%hvd_restart", timeout=120)
+    assert r.status == "ok" and "restored model, steps" in r.stdout, r.stdout
+    r = k.run("%%hvd\nprint('@@', round(model.weight.sum().item(), 4), steps)")
+    assert r.stdout.split("@@ ")[1].strip() == f"{good} 1", r.stdout
+
+
+def test_rewind_goes_back_to_an_earlier_snapshot_in_the_running_pool_and_tags_keep_one(kernel):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run("%%hvd --setup\nmodel = torch.nn.Linear(2, 1, bias=False)\nepoch = 0").status == "ok"
+    assert k.run("%hvd_keep model epoch").status == "ok"
+    train = (
+        "%%hvd\nimport jupyter_hvd\nfor _ in range(3):\n    with torch.no_grad():\n        model.weight += 1\n"
+        "    epoch += 1\n    jupyter_hvd.commit(tag='epoch1' if epoch == 1 else '')\n"
+        "    if epoch == 1:\n        at_epoch1 = round(model.weight.sum().item(), 4)\n"
+    )
+    assert k.run(train).status == "ok"
+    for _ in range(4):  # later snapshots push the untagged early ones out
+        assert k.run("%%hvd\nepoch += 10").status == "ok"
+    listing = k.run("%hvd_snapshots").stdout
+    assert "tag 'epoch1'" in listing and "on disk" in listing, listing
+    rows = [ln for ln in listing.splitlines() if ln[:4].strip().isdigit()]
+    assert len(rows) == 4, listing  # the last 3 and the tagged one
+    pid_before = k.run("%%hvd\nimport os\nprint('@@', os.getpid())").stdout
+    r = k.run("%hvd_rewind epoch1")
+    assert r.status == "ok" and "restored model, epoch" in r.stdout, r.stdout + r.error_text
+    r = k.run("%%hvd\nimport os\nprint('@@', os.getpid(), epoch, round(model.weight.sum().item(), 4) == at_epoch1)")
+    pid, epoch, same = r.stdout.split("@@ ")[1].split()
+    assert pid == pid_before.split("@@ ")[1].split()[0], "rewind restarted the pool"
+    assert (epoch, same) == ("1", "True"), r.stdout
+    status = k.run("%hvd_status").stdout
+    assert "Snapshots on disk:" in status, status

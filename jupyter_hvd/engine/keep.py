@@ -40,8 +40,9 @@ _random: bytes = b""  # the random generators' state at that snapshot
 _newest: GenId | None = None  # this rank's newest generation, written or waiting to be
 _written_newest: GenId | None = None  # this rank's newest generation on disk
 _commits = (0, 0)  # (cell, jupyter_hvd.commit() calls in it)
-# The writer's jobs, in order: generations to write (one waiting at most: a newer one replaces it and writes its data
-# too, so memory holds two copies at most) and generations to delete.
+# The writer's jobs, in order: generations to write and generations to delete. One generation waits at most: a
+# commit while one waits waits for it (memory holds two copies at most, and every rank writes every generation, so
+# the ranks' parts always make whole generations).
 _jobs: list[dict[str, Any]] = []
 _lock = threading.Condition()
 _writer: threading.Thread | None = None
@@ -144,7 +145,11 @@ def snapshot(gen: GenId, count: int | None, mid_cell: bool = False, tag: str = "
         "meta": {"count": count, "mid_cell": mid_cell, "tag": tag, "at": time.time(), "skipped": dict(skipped)},
         "copy_seconds": time.perf_counter() - t0,
     }
-    _queue(job, replace=True)
+    if not _queue(job):
+        outbox.problem(
+            f"snapshot {keep_files.gen_name(gen)} was dropped: the one before it was still waiting to be written "
+            f"after {QUEUE_WAIT_S:.0f} s (a slow disk?); the last snapshot written stays the one to restore"
+        )
 
 
 def _look(ns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
@@ -265,22 +270,27 @@ def wait_written(timeout: float) -> bool:
 
 def prune(gens: list[GenId]) -> None:
     """Delete this rank's parts of `gens` (the kernel keeps the others), after what is being written."""
-    _queue({"prune": gens}, replace=False)
+    _queue({"prune": gens})
 
 
 _busy = False  # the writer is on a job
+QUEUE_WAIT_S = 600.0
 
 
-def _queue(job: dict[str, Any], replace: bool) -> None:
+def _queue(job: dict[str, Any]) -> bool:
+    """Hand a job to the writer; a generation waits until none waits before it. Whether it was taken."""
     global _writer
     with _lock:
-        if replace:
-            _jobs[:] = [j for j in _jobs if "prune" in j]
+        if "prune" not in job:
+            waiting = lambda: not any("prune" not in j for j in _jobs)  # noqa: E731
+            if not _lock.wait_for(waiting, QUEUE_WAIT_S if _writer is not None and _writer.is_alive() else 0):
+                return False
         _jobs.append(job)
         _lock.notify_all()
     if _writer is None or not _writer.is_alive():
         _writer = threading.Thread(target=_write_loop, name="jupyter-hvd snapshot writer", daemon=True)
         _writer.start()
+    return True
 
 
 def _write_loop() -> None:
@@ -372,7 +382,7 @@ def _digest(entry: dict[str, Any]) -> str:
     encoded = entry["encoded"]
     digest = hashlib.blake2b(encoded.pickle, digest_size=16)
     for ref in encoded.tensors:
-        digest.update(ref.digest.encode() if ref.digest else bytes(ref.data or b""))
+        digest.update(ref.inline if ref.inline is not None else ref.digest.encode())
     return digest.hexdigest()
 
 
