@@ -178,9 +178,9 @@ class CellRun:
                 pass  # a rank that died after its end: the next cell finds out
         self._say_snapshot_news()
         try:
-            for rank, gens in keeper.snapshots.expire().items():
+            for rank, prune in keeper.snapshots.expire().items():
                 if self.pool.channel is not None and rank < len(self.pool.ranks):
-                    self.pool.channel.send(rank, wire.Prune(gens))
+                    self.pool.channel.send(rank, prune)
         except ChannelError:
             pass
 

@@ -20,6 +20,7 @@ from . import pool as pools
 from . import timeline as hvd_timeline
 from . import transfer as hvd_transfer
 from .cell import CellOptions, next_number, run_cell
+from .errors import PoolError
 from .options import options_from, setting, start_arguments
 from .ranks import parse_ranks
 from .words import size_text
@@ -303,7 +304,8 @@ class HvdMagics(Magics):
         try:
             pool, came_back = restart.restart(pool, fresh=args.fresh)
         except KeyboardInterrupt:
-            raise UsageError(pools.current().interrupted_restart() if pools.current() else "Interrupted.") from None
+            now = pools.current()
+            raise PoolError(now.interrupted_restart() if now is not None else "The restart was interrupted.") from None
         print(f"Pool restarted in {time.monotonic() - t0:.1f} s: {came_back}.")
         print(pool.table())
 
@@ -352,6 +354,8 @@ class HvdMagics(Magics):
         with pool.lock:
             if pool.channel is not None:
                 pool.channel.drain()
+                for rank, prune in pool.keeper.snapshots.expire().items():
+                    pool.channel.send(rank, prune)
         print(pool.keeper.snapshots.listing(restart.disk_used(pool)))
 
     @line_magic

@@ -57,10 +57,8 @@ def bring_back(pool: Pool) -> str:
     said = ""
     for _ in range(ATTEMPTS):
         started = pool.engines_started
-        try:
-            said = _bring_back_once(pool)
-        finally:
-            pool.coming_back = ""
+        said = _bring_back_once(pool)  # an interrupt leaves `coming_back` saying where it stopped
+        pool.coming_back = ""
         if pool.engines_started == started:
             return said
     return (
@@ -74,6 +72,9 @@ def _bring_back_once(pool: Pool) -> str:
     started = pool.engines_started
     said: list[str] = []
     replayed = 0
+    target = keeper.snapshots.target()
+    if target is not None and keeper.names:
+        keeper.snapshots.pin(target)  # until it is back whole: an interrupt or a failure must not let it expire
     replay_failed = False
     for i, entry in enumerate(keeper.journal, 1):
         pool.coming_back = f"replaying setup entry {i} of {len(keeper.journal)}"
@@ -94,7 +95,6 @@ def _bring_back_once(pool: Pool) -> str:
         said.insert(0, _replayed(keeper.journal[:replayed], len(keeper.journal)))
     configure(pool)
     if keeper.names:
-        target = keeper.snapshots.target()
         if target is None:
             said.append(f"no snapshot of {', '.join(keeper.names)} was written yet, so nothing was restored")
         else:
@@ -107,7 +107,6 @@ def _bring_back_once(pool: Pool) -> str:
             if whole and not replay_failed:
                 keeper.snapshots.unpin()
             else:
-                keeper.snapshots.pin(target)
                 said.append(
                     f"snapshot #{target.number} stays the one to restore until a restore of it succeeds: mend the "
                     "cause, then %hvd_restart"

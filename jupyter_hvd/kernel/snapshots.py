@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..wire import Committed, GenId
+from ..wire import Committed, GenId, Prune
 from .words import age_text, size_text
 
 
@@ -169,8 +169,8 @@ class Snapshots:
     def unpin(self) -> None:
         self.pinned = None
 
-    def expire(self) -> dict[int, list[GenId]]:
-        """Drop what is no longer kept; per rank, the parts it must delete."""
+    def expire(self) -> dict[int, Prune]:
+        """Drop what is no longer kept; per rank, the request to delete its parts of it."""
         done = self.complete()
         if not done:
             return {}
@@ -185,12 +185,12 @@ class Snapshots:
         for g in self.generations.values():
             for rank, part in g.parts.items():
                 live.setdefault(rank, set()).add(part)
-        delete: dict[int, list[GenId]] = {}
+        delete: dict[int, Prune] = {}
         for rank, parts in self.written.items():
             keep_parts = live.get(rank, set()) | {self.newest_part.get(rank)}
             gone = sorted(p for p in parts if p < newest and p not in keep_parts)
             if gone:
-                delete[rank] = gone
+                delete[rank] = Prune(gone)
                 parts.difference_update(gone)
         return delete
 
