@@ -416,11 +416,22 @@ class HvdMagics(Magics):
             return
         pool = require_pool()
         notebook = os.environ.get("JPY_SESSION_NAME", "")
-        written = export.write(args.path, pool.keeper, pool.options, args.sbatch, notebook)
-        cells = len(pool.keeper.journal) + sum(not c.setup for c in pool.keeper.cells)
-        print(f"Wrote {written[0]} ({cells} cells). Run it with: mpirun -np {pool.options.np} python {written[0]}")
-        if len(written) > 1:
-            print(f"Wrote {written[1]}: sbatch {written[1]}")
+        written, left_out = export.write(
+            args.path, pool.keeper, pool.options, args.sbatch, restart.pushed_directory(pool), notebook
+        )
+        entries = len(pool.keeper.journal) + sum(not c.setup for c in pool.keeper.cells)
+        print(
+            f"Wrote {written[0]} ({entries} entries). Run it with: {export.launch_line(pool.options, str(written[0]))}"
+        )
+        for path in written[1:]:
+            if path.suffix == ".sbatch":
+                print(f"Wrote {path}: sbatch {path}")
+            else:
+                print(f"Wrote {path}: the pushed values, which the script loads from beside it")
+        if left_out:
+            print("Not exported (they need IPython; left as comments in the script):")
+            for what in left_out:
+                print(f"  {what}")
 
     @line_magic
     @magic_arguments()
