@@ -90,6 +90,9 @@ class HvdPool(Configurable):
     launch_agent = Unicode(
         "", help="a command that replaces ssh for mpiexec on other hosts (Open MPI's plm_ssh_agent)"
     ).tag(config=True, flag=False)
+    snapshots_kept = Int(
+        3, help="snapshots of the kept names kept on disk (%hvd_snapshots), besides tagged ones", min=1
+    ).tag(config=True, flag=False)
     live_view = Enum(
         VIEW_MODES,
         "auto",

@@ -77,7 +77,8 @@ class Pool:
         self.resting = False  # Horovod is stopped on every rank until the next cell (engine/idle.py)
         self.watcher: PoolWatcher | None = None
         self.stopped = False  # stop() ran: %hvd_restart starts a new pool with these options
-        self.keeper = Keeper()  # setup journal, kept names, cells run (kernel/keep.py)
+        self.keeper = Keeper()  # setup journal, kept names, snapshots, cells run (kernel/keep.py)
+        self.keeper.snapshots.kept = options.snapshots_kept
         # After fresh engines started: replay the journal and restore kept names (kernel/restart.py sets it).
         self.bring_back: Callable[[Pool], str] | None = None
         self._bringing_back = False
