@@ -2,8 +2,11 @@
 
     python bench/keep.py [--params 25] [--window 60] [--rounds 3]
 
-- snapshot at a cell's end: a ~25 M-parameter MLP with Adam kept (%hvd_keep model opt); what the next cell waits for
-  (rank 0's copy) and what the background write takes, from rank 0's own timing;
+- snapshot at a cell's end: a ~25 M-parameter MLP with Adam kept (%hvd_keep model opt); what the training thread
+  waits for (each rank's copy) and what the background write takes, from the ranks' own timing;
+- the end-of-cell check: an empty cell with the model kept and unchanged, against nothing kept;
+- a restore (%hvd_rewind): its time and the peak extra memory of each rank while it loads (PSS: the snapshot's
+  pages, mapped by every rank of the host, count once);
 - training throughput with jupyter_hvd.commit() every 30 s against the same loop without, interleaved windows of
   --window seconds (the goal: at most 2% slower);
 - crash to trained again: rank 1 killed (SIGKILL) during training; from the kill until the next cell trains from the
@@ -67,6 +70,68 @@ def run(k: Kernel, code: str, timeout: float = 600) -> str:
     return r.stdout
 
 
+def end_of_cell_cost(k: Kernel, cells: int = 40) -> list[dict]:
+    """What an empty cell costs with the model, its optimizer and a counter kept and unchanged, against nothing
+    kept: the end-of-cell check, which must cost in proportion to what changed."""
+    medians = {}
+    for label, keep in (
+        ("nothing kept", "%hvd_keep --forget model opt steps"),
+        ("kept, unchanged", "%hvd_keep model opt steps"),
+    ):
+        run(k, keep)
+        run(k, "%%hvd\npass")
+        times = []
+        for _ in range(cells):
+            t0 = time.perf_counter()
+            run(k, "%%hvd\npass")
+            times.append(time.perf_counter() - t0)
+        medians[label] = statistics.median(times) * 1000
+    return [
+        {"what": "empty %%hvd cell, nothing kept (median)", "value": f"{medians['nothing kept']:.1f} ms"},
+        {
+            "what": "empty %%hvd cell, model + Adam + counter kept, unchanged",
+            "value": f"{medians['kept, unchanged']:.1f} ms",
+        },
+    ]
+
+
+def restore_memory(k: Kernel) -> list[dict]:
+    """Extra memory of each rank while %hvd_rewind loads the snapshot: proportional set size (shared pages of the
+    snapshot's files count once over the ranks that map them), sampled every 10 ms."""
+    import threading
+
+    import psutil
+
+    out = k.run("%%hvd --ranks all\nimport os\nprint('PID', os.getpid())").stdout
+    procs = [psutil.Process(int(p)) for p in re.findall(r"PID (\d+)", out)]
+    run(k, "%%hvd\nopt.zero_grad(); torch.nn.functional.mse_loss(model(x), y).backward(); opt.step()")
+    run(k, "%hvd_snapshots")
+    before = [p.memory_full_info().pss for p in procs]
+    peak = list(before)
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            for i, p in enumerate(procs):
+                peak[i] = max(peak[i], p.memory_full_info().pss)
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    t0 = time.perf_counter()
+    said = run(k, "%hvd_rewind")
+    seconds = time.perf_counter() - t0
+    time.sleep(0.2)
+    done.set()
+    sampler.join()
+    extra = [(b - a) / 2**20 for a, b in zip(before, peak, strict=True)]
+    return [
+        {"what": "%hvd_rewind of the snapshot", "value": f"{seconds:.2f} s ({said.strip()[:60]}...)"},
+        {"what": "restore: peak extra memory per rank (PSS)", "value": " / ".join(f"{e:.0f} MB" for e in extra)},
+        {"what": "restore: peak extra memory, all ranks", "value": f"{sum(extra):.0f} MB"},
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=float, default=25.0, help="millions of model parameters (about)")
@@ -97,13 +162,15 @@ def main() -> None:
         with_commit = statistics.median(rates["commit every 30 s"])
         rows += [
             {"what": "model", "value": f"{params / 1e6:.1f} M parameters + Adam, snapshot {size}"},
-            {"what": "snapshot: the training thread waits (rank 0's copy)", "value": f"{copy_s:.2f} s"},
+            {"what": "snapshot: the training thread waits (each rank's copy)", "value": f"{copy_s:.2f} s"},
             {"what": "snapshot: written in the background", "value": f"{write_s:.2f} s"},
             {"what": "steps/s without commit (median of rounds)", "value": f"{base:.3f}"},
             {"what": "steps/s with commit() every 30 s", "value": f"{with_commit:.3f}"},
             {"what": "throughput with commit / without", "value": f"{with_commit / base:.3f}"},
         ]
         extra["rates"] = rates
+        rows += end_of_cell_cost(k)
+        rows += restore_memory(k)
         # Crash to trained again: kill rank 1 a few seconds into training.
         run(k, "%%hvd\nimport os\nprint('PID', os.getpid())")
         pids = k.run("%%hvd --ranks all\nimport os\nprint('PID', os.getpid())").stdout

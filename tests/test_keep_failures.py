@@ -78,7 +78,8 @@ def test_the_stop_button_during_a_restart_says_what_state_the_pool_is_in(kernel,
     k = kernel
     slow = tmp_path / "slow"  # while it exists, the setup cell's replay takes 10 s
     assert k.run(START, timeout=120).status == "ok"
-    setup = f"%%hvd --setup\nimport os, time\nmodel = torch.nn.Linear(3, 1)\ntime.sleep(10 if os.path.exists({str(slow)!r}) else 0)"
+    setup = "%%hvd --setup\nimport os, time\nmodel = torch.nn.Linear(3, 1)\n"
+    setup += f"time.sleep(10 if os.path.exists({str(slow)!r}) else 0)"
     assert k.run(setup).status == "ok"
     assert k.run("%hvd_keep model").status == "ok"
     assert k.run("%%hvd\nwith torch.no_grad():\n    model.weight += 1").status == "ok"

@@ -64,12 +64,13 @@ def run_quietly(pool: Pool, source: str, count: int | None = None, every_value: 
 
 
 def load(pool: Pool, generation: Generation, directory: str, kept: list[str]) -> dict[str, Any]:
-    """Load the `kept` names of `generation` into every rank: {"restored": names, "failed": {name: why}, "error": why
-    nothing came back (or ''), "interrupted": whether the stop button was pressed while it was put in place, and the
-    generation's count, at, mid_cell}."""
+    """Load the `kept` names of `generation` into every rank: {"restored": names, "failed": {name: why}, "absent":
+    {name: why}, "error": why nothing came back (or ''), "interrupted": whether the stop button was pressed while it
+    was put in place, and the generation's count, at, mid_cell}."""
     result: dict[str, Any] = {
         "restored": [],
-        "failed": {},
+        "failed": {},  # names in the snapshot that did not come back, and why
+        "absent": {},  # kept names the snapshot does not hold, and why
         "error": "",
         "interrupted": False,
         "count": generation.count,
@@ -77,9 +78,11 @@ def load(pool: Pool, generation: Generation, directory: str, kept: list[str]) ->
         "mid_cell": generation.mid_cell,
     }
     skipped = generation.skipped()
-    for name in kept:
-        if name not in generation.names():
-            result["failed"][name] = f"not in the snapshot: {skipped.get(name, 'kept after it was taken')}"
+    result["absent"] = {
+        name: f"not in the snapshot: {skipped.get(name, 'kept after it was taken')}"
+        for name in kept
+        if name not in generation.names()
+    }
     plan = dict(generation.parts)
     answers, failed = run_quietly(pool, f"{ENGINE}.prepare({plan!r}, {directory!r})", every_value=True)
     if failed or not isinstance(answers, dict):
@@ -125,7 +128,7 @@ def words(result: dict[str, Any]) -> str:
     said = []
     if result["restored"]:
         said.append(describe(result))
-    for name, why in result["failed"].items():
+    for name, why in {**result["failed"], **result["absent"]}.items():
         said.append(f"not restored: {name} ({why})")
     if result["interrupted"]:
         said.append("the stop button was pressed while the snapshot was put in place, which finished first")
