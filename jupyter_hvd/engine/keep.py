@@ -20,7 +20,6 @@ A name that cannot be kept (a generator, an open file) is left out, with why; th
 from __future__ import annotations
 
 import hashlib
-import pickle
 import random
 import threading
 import time
@@ -36,7 +35,7 @@ _directory: Path | None = None  # where this pool's snapshots live
 _entries: dict[str, dict[str, Any]] = {}  # name -> its entry in this rank's newest snapshot (reused while unchanged)
 _signatures: dict[str, bytes] = {}  # name -> what it held at that snapshot (keep_format.signature)
 _skipped: dict[str, str] = {}  # names left out of that snapshot, and why
-_random: bytes = b""  # the random generators' state at that snapshot
+_random: dict[str, Any] = {}  # the random generators' state at that snapshot
 _newest: GenId | None = None  # this rank's newest generation, written or waiting to be
 _written_newest: GenId | None = None  # this rank's newest generation on disk
 _commits = (0, 0)  # (cell, jupyter_hvd.commit() calls in it)
@@ -68,7 +67,7 @@ def _forget() -> None:
     _entries.clear()
     _signatures.clear()
     _skipped.clear()
-    _random = b""
+    _random = {}
     _newest = None
 
 
@@ -107,14 +106,13 @@ def snapshot(gen: GenId, count: int | None, mid_cell: bool = False, tag: str = "
         ns = get_ipython().user_ns
         changed, skipped, kinds = _look(ns)
         state = random_state()
-        rng = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-        if not changed and rng == _random and skipped == _skipped and _newest is not None:
+        if not changed and _same_random(state, _random) and skipped == _skipped and _newest is not None:
             outbox.send(_unchanged(gen, count, mid_cell, tag, kinds, skipped))
             return
         links = keep_format.linkable(ns)
         for name, (kind, obj, signature) in changed.items():
             try:
-                encoded = keep_format.encode(obj.state_dict() if kind == "state" else obj, links)
+                encoded = keep_format.encode(obj.state_dict() if kind == "state" else obj, links, obj)
             except Exception as exc:
                 skipped[name] = _why(exc)
                 continue
@@ -135,7 +133,7 @@ def snapshot(gen: GenId, count: int | None, mid_cell: bool = False, tag: str = "
         outbox.problem(f"the snapshot of the kept names failed ({type(exc).__name__}: {exc}); training goes on")
         return
     entries = {n: _entries[n] for n in _names if n in _entries and n not in skipped}
-    _random, _newest = rng, gen
+    _random, _newest = state, gen
     _skipped.clear()
     _skipped.update(skipped)
     job = {
@@ -157,6 +155,7 @@ def _look(ns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str,
     changed: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     kinds: dict[str, str] = {}
+    links = keep_format.linkable(ns)
     for name in _names:
         if name not in ns:
             skipped[name] = "not defined"
@@ -165,10 +164,7 @@ def _look(ns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str,
         kind = "state" if has_state(obj) else "value"
         kinds[name] = f"{_label(obj, kind)}:{type(obj).__qualname__}"
         try:
-            # The object itself is not a link of its own, and must not be one of a name bound to it too.
-            links = keep_format.linkable(ns, leave_out=name)
-            links.pop(id(obj), None)
-            signature = keep_format.signature(obj.state_dict() if kind == "state" else obj, links)
+            signature = keep_format.signature(obj.state_dict() if kind == "state" else obj, links, obj)
         except Exception as exc:
             skipped[name] = _why(exc)
             continue
@@ -225,6 +221,21 @@ def random_state() -> dict[str, Any]:
     return state
 
 
+def _same_random(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two random_state()s are the same (compared in place: pickling them cost a millisecond a cell)."""
+    import torch
+
+    if a.keys() != b.keys() or a["python"] != b["python"] or not torch.equal(a["torch"], b["torch"]):
+        return False
+    if "cuda" in a and not all(torch.equal(x, y) for x, y in zip(a["cuda"], b["cuda"], strict=True)):
+        return False
+    if "numpy" in a:
+        import numpy
+
+        return a["numpy"][2:] == b["numpy"][2:] and numpy.array_equal(a["numpy"][1], b["numpy"][1])
+    return True
+
+
 def set_random_state(state: dict[str, Any]) -> None:
     """Put back what `random_state` took."""
     import torch
@@ -246,16 +257,15 @@ def restored(gen: GenId, entries: dict[str, dict[str, Any]], names: list[str]) -
     from IPython import get_ipython
 
     ns = get_ipython().user_ns
+    links = keep_format.linkable(ns)
     _newest = gen
     _written(gen)
-    _random = pickle.dumps(random_state(), protocol=pickle.HIGHEST_PROTOCOL)
+    _random = random_state()
     for name in names:
         entry = entries[name]
         obj = ns[name]
-        links = keep_format.linkable(ns, leave_out=name)
-        links.pop(id(obj), None)
         try:
-            _signatures[name] = keep_format.signature(obj.state_dict() if entry["kind"] == "state" else obj, links)
+            _signatures[name] = keep_format.signature(obj.state_dict() if entry["kind"] == "state" else obj, links, obj)
         except Exception:
             continue
         entry["digest"] = _digest(entry)

@@ -77,14 +77,14 @@ class Encoded:
     links: list[tuple[str, str]] = field(default_factory=list)  # the namespace names it refers to, with their class
 
 
-def linkable(namespace: Mapping[str, Any], leave_out: str = "") -> dict[int, str]:
+def linkable(namespace: Mapping[str, Any]) -> dict[int, str]:
     """id -> name of the objects a kept object may refer to by name: what top-level names hold that is not plain
     data (and not tensors, which are kept by value)."""
     import torch
 
     links: dict[int, str] = {}
     for name, obj in namespace.items():
-        if name == leave_out or name.startswith("_") or name in _NOT_LINKED:
+        if name.startswith("_") or name in _NOT_LINKED:
             continue
         if isinstance(obj, _PLAIN) or isinstance(obj, (torch.Tensor, torch.device, torch.dtype)):
             continue
@@ -104,10 +104,11 @@ def _dense(obj: Any) -> bool:
 
 
 class _Encoder(cloudpickle.Pickler):
-    def __init__(self, out: Any, links: dict[int, str], root: Any) -> None:
+    def __init__(self, out: Any, links: dict[int, str], root: Any, kept: Any = None) -> None:
         super().__init__(out, protocol=5)
         self.links = links
         self.root = id(root)
+        self.kept = id(kept)  # the kept object itself is never a link of its own (its state_dict may be the root)
         self.tensors: list[TensorRef] = []
         self.used: list[tuple[str, str]] = []
         self._numbered: dict[int, int] = {}
@@ -116,7 +117,7 @@ class _Encoder(cloudpickle.Pickler):
         if isinstance(obj, _PLAIN):
             return None
         key = id(obj)
-        if key in self.links and key != self.root:
+        if key in self.links and key != self.root and key != self.kept:
             link = (self.links[key], type(obj).__qualname__)
             if link not in self.used:
                 self.used.append(link)
@@ -158,10 +159,11 @@ def as_bytes(tensor: Any) -> memoryview:
     return memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
 
 
-def encode(obj: Any, links: dict[int, str]) -> Encoded:
-    """`obj` as bytes, its tensors copied; raises what pickling raises (an object that cannot be kept)."""
+def encode(obj: Any, links: dict[int, str], kept: Any = None) -> Encoded:
+    """`obj` (a kept object, or the state_dict of `kept`) as bytes, its tensors copied; raises what pickling raises
+    (an object that cannot be kept)."""
     out = io.BytesIO()
-    encoder = _Encoder(out, links, obj)
+    encoder = _Encoder(out, links, obj, kept)
     encoder.dump(obj)
     return Encoded(out.getvalue(), encoder.tensors, encoder.used)
 
@@ -182,17 +184,18 @@ class _Signer(_Encoder):
         if isinstance(obj, _PLAIN):
             return None
         key = id(obj)
-        if key in self.links and key != self.root:
+        if key in self.links and key != self.root and key != self.kept:
             return ("name", self.links[key])
         if _dense(obj):  # no data read: where it lives and torch's count of its in-place changes
             return ("tensor", obj.data_ptr(), obj._version, tuple(obj.shape), str(obj.dtype), str(obj.device))
         return None
 
 
-def signature(obj: Any, links: dict[int, str]) -> bytes:
-    """What changes when `obj` changes, without copying tensor data; raises what pickling raises."""
+def signature(obj: Any, links: dict[int, str], kept: Any = None) -> bytes:
+    """What changes when `obj` (or `kept`, whose state_dict it is) changes, without copying tensor data; raises what
+    pickling raises."""
     sink = _Hashing()
-    _Signer(sink, links, obj).dump(obj)
+    _Signer(sink, links, obj, kept).dump(obj)
     return sink.digest.digest()
 
 
