@@ -57,3 +57,24 @@ def test_a_kept_cuda_model_and_its_optimizer_come_back_after_a_restart(ip):
         assert engine.pull("steps", block=True) == [3.0, 3.0]
     finally:
         ip.run_line_magic("hvd_stop", "")
+
+
+def test_a_kept_cuda_value_comes_back_on_each_ranks_own_gpu(ip):
+    """A value kept by value (a dict holding a CUDA tensor) is restored on the restoring rank's device, not cuda:0."""
+    from jupyter_hvd.kernel import pool as pools
+
+    n = min(2, torch.cuda.device_count())
+    ip.run_line_magic("hvd_start", f"-np {n}")
+    try:
+        ip.run_cell_magic("hvd", "--setup", "ema = {'w': torch.full((1000, 100), float(rank), device=device), 'n': 0}")
+        ip.run_line_magic("hvd_keep", "ema")
+        ip.run_cell_magic("hvd", "", "ema['w'] += 1\nema['n'] += 1")
+        ip.run_line_magic("hvd_restart", "")
+        p = pools.current()
+        ip.run_cell_magic("hvd", "", "where = (str(ema['w'].device), str(device), ema['w'].mean().item(), ema['n'])")
+        for r in p.ranks:
+            where = p.client[r.engine_id].pull("where", block=True)
+            assert where[0] == where[1], f"rank {r.rank}'s value came back on {where[0]}, its device is {where[1]}"
+            assert where[2:] == (r.rank + 1.0, 1)
+    finally:
+        ip.run_line_magic("hvd_stop", "")
