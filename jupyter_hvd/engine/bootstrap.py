@@ -10,56 +10,78 @@ import socket
 from typing import Any
 
 
-def start(env: dict[str, str], device: str, channel_info: dict[str, Any]) -> dict[str, Any]:
-    """Initialise MPI and Horovod on this engine, pin it to its device, fill the user namespace, and open the
-    cell channel to the kernel.
+def start(
+    env: dict[str, str],
+    device: str,
+    channel_info: dict[str, Any],
+    torch_distributed: bool = False,
+    torch_store: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Initialise MPI and Horovod (and torch.distributed where asked, or where Horovod is not installed) on this
+    engine, pin it to its device, fill the user namespace, and open the cell channel to the kernel.
 
     `env` is applied before torch and Horovod read it (Horovod tuning knobs, the user's `--env`).
     `device` is "auto" (GPU `local_rank` when CUDA is present, else CPU) or "cpu".
     `channel_info` says where the kernel's cell channel listens, and its key (kernel/channel.py).
+    `torch_distributed`: a torch.distributed process group too (always where Horovod is missing), with rendezvous
+    `torch_store` (engine/prelude.py).
     Returns this rank's row of the pool table.
     """
     os.environ.update(env)
     from .. import compat
-    from . import collectives, guards, pace
+    from . import collectives, guards, pace, torch_dist
     from .prelude import prelude
 
-    names = prelude(device)  # what an exported script runs too (%hvd_export)
-    hvd, torch, dev = names["hvd"], names["torch"], names["device"]
-    guards.install()  # hvd.init() pasted into a cell, or a cell that wraps an optimizer run twice, must be harmless
-    collectives.install()  # which collective a rank waits in, for the kernel's mismatch check
-    pace.install()  # compute and wait per training step, for the kernel's straggler check (after collectives)
+    try:
+        import horovod.torch  # noqa: F401
+
+        has_horovod = True
+    except ImportError:
+        has_horovod = False
+    # What an exported script runs too (%hvd_export).
+    names = prelude(device, torch_distributed or not has_horovod, torch_store)
+    hvd, torch, dev, dist = names["hvd"], names["torch"], names["device"], names["dist"]
+    if hvd is not None:
+        guards.install()  # hvd.init() pasted into a cell, or a cell that wraps an optimizer run twice, is harmless
+        collectives.install()  # which collective a rank waits in, for the kernel's mismatch check
+        pace.install()  # compute and wait per training step, for the kernel's straggler check (after collectives)
+    if dist is not None:
+        torch_dist.install()  # the same for torch.distributed's collectives and DDP
     if dev.type == "cuda":
         dev_name = f"cuda:{dev.index} {torch.cuda.get_device_name(dev)}"
-        tensor_ops = "NCCL" if hvd.nccl_built() else "MPI"
+        tensor_ops = "NCCL" if hvd is not None and hvd.nccl_built() else "MPI"
     else:
         threads = torch.get_num_threads()
         dev_name = f"cpu ({threads} thread{'s' if threads > 1 else ''})"
         tensor_ops = "Gloo" if os.environ.get("HOROVOD_CPU_OPERATIONS", "").lower() == "gloo" else "MPI"
+    ops = [tensor_ops] if hvd is not None else []
+    if dist is not None:
+        ops.append(f"torch/{torch_dist.backend()}")
 
     from IPython import get_ipython
 
     shell = get_ipython()
-    shell.user_ns.update(names)
+    shell.user_ns.update({k: v for k, v in names.items() if v is not None})
     # IPython's exit()/quit() would end the engine after the cell, while the cell reports success: raise instead.
     shell.user_ns.update(exit=_Exit("exit"), quit=_Exit("quit"))
     from . import channel
 
-    channel.connect(channel_info, hvd.rank())
+    channel.connect(channel_info, names["rank"])
     return {
-        "rank": hvd.rank(),
-        "size": hvd.size(),
-        "local_rank": hvd.local_rank(),
-        "cross_rank": hvd.cross_rank(),
+        "rank": names["rank"],
+        "size": names["size"],
+        "local_rank": names["local_rank"],
+        "cross_rank": hvd.cross_rank() if hvd is not None else 0,
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "device": dev_name,
-        "controller": "MPI" if hvd.mpi_enabled() else "Gloo",
-        "tensor_ops": tensor_ops,
+        "controller": ("MPI" if hvd.mpi_enabled() else "Gloo") if hvd is not None else "torch",
+        "tensor_ops": " + ".join(ops),
         # A plain str: torch's own version type would make the kernel import torch to unpickle this row (2 s).
         "torch": str(torch.__version__),
         "cuda": bool(dev.type == "cuda"),
-        "warning": compat.check_horovod(),
+        "horovod": hvd is not None,
+        "warning": compat.check_horovod() if hvd is not None else "",
     }
 
 

@@ -1,5 +1,5 @@
-"""What this rank does in Horovod's collectives: how many a cell started, which one a thread waits in, and
-which threads use Horovod at all.
+"""What this rank does in collectives (Horovod's, and torch.distributed's: engine/torch_dist.py): how many a cell
+started, which one a thread waits in, and which threads use them at all.
 
 The kernel needs this to end a cell whose collectives do not match (kernel/cell.py): a rank that finished its
 cell after 8 allreduces while another waits in its 9th, or two ranks that wait on different tensor names. Horovod's
@@ -14,11 +14,12 @@ Imported on the engines only.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import compat
@@ -31,6 +32,7 @@ _names: dict[int, str] = {}  # handle -> tensor name, until the handle is waited
 _waiting: dict[int, tuple[str, float, int]] = {}  # thread id -> (tensor name, monotonic since, ops started before)
 _users: dict[int, threading.Thread] = {}  # threads other than the main one that started a Horovod op
 _installed = False
+_waited = 0.0  # seconds the main thread has spent waiting in collectives, in all (for %%hvd --profile)
 
 
 def install() -> None:
@@ -76,10 +78,60 @@ def _timed(real: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return real(handle)
         finally:
-            with _lock:
-                _waiting.pop(ident, None)
+            _waited_since(ident)
 
     return synchronize
+
+
+def started_one(kind: str) -> None:
+    """A collective of another backend (torch.distributed) started on this thread."""
+    global _started
+    thread = threading.current_thread()
+    with _lock:
+        _started += 1
+        if thread is not threading.main_thread():
+            _users[thread.ident or 0] = thread
+
+
+@contextlib.contextmanager
+def waiting(name: str) -> Iterator[None]:
+    """This thread waits in collective `name` while the block runs (torch.distributed releases the GIL there too)."""
+    ident = threading.get_ident()
+    with _lock:
+        _waiting[ident] = (name, time.monotonic(), _started - 1)
+    try:
+        yield
+    finally:
+        _waited_since(ident)
+
+
+def _waited_since(ident: int) -> None:
+    """A wait of thread `ident` ended."""
+    global _waited
+    with _lock:
+        entry = _waiting.pop(ident, None)
+        if entry is not None and ident == threading.main_thread().ident:
+            _waited += time.monotonic() - entry[1]
+
+
+def waited_total() -> float:
+    """Seconds the main thread has waited in collectives since the engine started."""
+    return _waited
+
+
+_pending: dict[int, tuple[str, float, int]] = {}  # collectives started in C++ (DDP's buckets) -> since when
+
+
+def pending(key: int, name: str) -> None:
+    """A collective that no Python thread waits in started (a DDP bucket's allreduce, during backward)."""
+    with _lock:
+        _pending[key] = (name, time.monotonic(), _started)
+
+
+def done(key: int) -> None:
+    """That collective completed."""
+    with _lock:
+        _pending.pop(key, None)
 
 
 def begin_cell() -> None:
@@ -104,6 +156,8 @@ def main_thread_wait() -> dict[str, Any] | None:
     """The collective the main thread (the cell) has waited in for at least WAIT_REPORT_S, if any."""
     with _lock:
         entry = _waiting.get(threading.main_thread().ident or 0)
+        if entry is None and _pending:  # backward waits for DDP's buckets in C++: the oldest pending one
+            entry = min(_pending.values(), key=lambda e: e[1])
     if entry is None:
         return None
     name, since, before = entry

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
+import sys
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -92,6 +93,20 @@ def linkable(namespace: Mapping[str, Any]) -> dict[int, str]:
     return links
 
 
+def _sharded(obj: Any) -> bool:
+    """A DTensor (FSDP2's parameters and their optimizer state): this rank keeps its own shard."""
+    tensors = sys.modules.get("torch.distributed.tensor")
+    return tensors is not None and isinstance(obj, tensors.DTensor)
+
+
+@dataclass
+class LocalShard:
+    """A rank's shard of a DTensor as kept; put back into a DTensor shaped like the live one it is loaded into."""
+
+    tensor: Any
+    placements: str  # as kept, to name a difference
+
+
 def _dense(obj: Any) -> bool:
     import torch
 
@@ -122,6 +137,11 @@ class _Encoder(cloudpickle.Pickler):
             if link not in self.used:
                 self.used.append(link)
             return ("name", link)
+        if _sharded(obj):
+            if key not in self._numbered:
+                self._numbered[key] = len(self.tensors)
+                self.tensors.append(_copy(obj.to_local()))
+            return ("shard", (self._numbered[key], repr(tuple(obj.placements))))
         if not _dense(obj):
             return None
         if key not in self._numbered:  # the same tensor twice in one object comes back as one tensor
@@ -186,6 +206,10 @@ class _Signer(_Encoder):
         key = id(obj)
         if key in self.links and key != self.root and key != self.kept:
             return ("name", self.links[key])
+        if _sharded(obj):  # FSDP2 writes its shards without torch's in-place count: their bytes are read
+            local = obj.to_local().detach()
+            data = local.to("cpu") if local.device.type != "cpu" else local.contiguous()
+            return ("shard", hashlib.blake2b(as_bytes(data), digest_size=16).hexdigest())
         if _dense(obj):  # no data read: where it lives and torch's count of its in-place changes
             return ("tensor", obj.data_ptr(), obj._version, tuple(obj.shape), str(obj.dtype), str(obj.device))
         return None
@@ -213,6 +237,8 @@ class _Decoder(pickle.Unpickler):
         kind, value = pid
         if kind == "tensor":
             return self.tensor(value)
+        if kind == "shard":
+            return LocalShard(self.tensor(value[0]), value[1])
         if kind == "name":
             return self.resolve(value)
         raise pickle.UnpicklingError(f"unknown reference {kind!r}")

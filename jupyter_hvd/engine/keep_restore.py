@@ -57,6 +57,7 @@ def prepare(plan: dict[int, GenId], directory: str) -> dict[str, Any]:
                     f"builds the {entry['cls']} with %%hvd --setup"
                 )
             state = _decode(where, rank, gen, entry, device, lambda n: _live(ns, n))  # type: ignore[arg-type]
+            state = _resharded(obj, state)
             _check(obj, state)
             loaded[name] = state
         except Exception as exc:
@@ -184,6 +185,38 @@ def _in_order(values: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
             order.append(name)
             del left[name]
     return order, []
+
+
+def _resharded(obj: Any, state: Any) -> Any:
+    """`state` with each kept shard back in a DTensor laid out like the live object's (FSDP2): a module's by its
+    state_dict, an optimizer's by the parameter each state belongs to. A shard that does not fit raises."""
+    import torch
+
+    def shard_of(kept: keep_format.LocalShard, like: Any, what: str) -> Any:
+        from torch.distributed.tensor import DTensor
+
+        if not isinstance(like, DTensor):
+            raise ValueError(f"{what} was sharded {kept.placements} when kept, and is not sharded now")
+        local = kept.tensor.to(like.to_local().device)
+        if tuple(local.shape) != tuple(like.to_local().shape):
+            raise ValueError(
+                f"{what}: this rank's shard was {tuple(local.shape)} when kept, {tuple(like.to_local().shape)} now "
+                "(another number of ranks, or another sharding)"
+            )
+        return DTensor.from_local(local, like.device_mesh, like.placements, shape=like.shape, stride=like.stride())
+
+    if isinstance(obj, torch.nn.Module) and any(isinstance(v, keep_format.LocalShard) for v in state.values()):
+        live = obj.state_dict()
+        return {
+            k: shard_of(v, live.get(k), k) if isinstance(v, keep_format.LocalShard) else v for k, v in state.items()
+        }
+    if isinstance(obj, torch.optim.Optimizer) and isinstance(state, dict) and "state" in state:
+        params = [p for group in obj.param_groups for p in group["params"]]
+        for index, values in state["state"].items():
+            for key, value in list(values.items()):
+                if isinstance(value, keep_format.LocalShard) and isinstance(index, int) and index < len(params):
+                    values[key] = shard_of(value, params[index], f"state {key!r} of parameter {index}")
+    return state
 
 
 def _check(obj: Any, state: Any) -> None:

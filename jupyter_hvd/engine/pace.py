@@ -100,6 +100,40 @@ def _step(start: float, end: float) -> None:
         _compute, _wait, _steps, _window_start = 0.0, 0.0, 0, end
 
 
+def waited(start: float, end: float) -> None:
+    """The main thread waited in a blocking collective of another backend (torch.distributed) from start to end."""
+    if not _inside and threading.get_ident() == _main:
+        _step(start, end)
+
+
+# DDP's buckets are allreduced while backward runs (engine/torch_dist.py times them): a step is forward to forward,
+# its wait the time the buckets' allreduces took (as they overlap backward, an upper bound of the time waited).
+_ddp_wait = 0.0
+_ddp_lock = threading.Lock()
+
+
+def ddp_wait(seconds: float) -> None:
+    """One DDP bucket's allreduce took `seconds` (any thread)."""
+    global _ddp_wait
+    with _ddp_lock:
+        _ddp_wait += seconds
+
+
+def ddp_step() -> None:
+    """A DDP model's forward: the step before it ended (main thread only)."""
+    global _ddp_wait
+    if threading.get_ident() != _main:
+        return
+    now = _clock()
+    with _ddp_lock:
+        wait, _ddp_wait = _ddp_wait, 0.0
+    if _last_end is None or _cell != _running_cell():
+        _step(now, now)  # the first step of a cell starts here
+        return
+    wait = min(wait, now - _last_end)
+    _step(now - wait, now)
+
+
 def _running_cell() -> Any:
     return outbox.running_cell()  # None outside a pool: then nothing is measured
 

@@ -200,9 +200,11 @@ def leave_collectives() -> dict[str, Any]:
     without step()) would clash with the next cell's op of the same name: `in_flight` tells the kernel,
     which restarts the pool instead.
     """
-    import horovod.torch as hvd
-
     t0 = time.perf_counter()
+    try:
+        import horovod.torch as hvd
+    except ImportError:  # a torch.distributed pool: there is nothing to join (the kernel restarts stuck ranks)
+        return {"ok": True, "last_joined": -1, "in_flight": 0, "seconds": 0.0}
     try:
         # Ops this rank submitted just before its cell ended (gradient hooks of a backward()) complete within a
         # few of Horovod's cycles when the peers submitted them too. Joining first raced with them when their names

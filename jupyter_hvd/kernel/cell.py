@@ -47,6 +47,14 @@ ADVICE = (
     "Every rank must run the same collectives in the same order: use hvd.join() for uneven last batches, or give "
     "every rank the same number of batches (DistributedSampler(..., drop_last=True))."
 )
+TORCH_ADVICE = (
+    "Every rank must run the same collectives in the same order: wrap a DDP loop over uneven inputs in DDP's Join "
+    "context manager (torch.distributed.algorithms.Join([model])), or give every rank the same number of batches "
+    "(DistributedSampler(..., drop_last=True))."
+)
+# torch.distributed cannot cancel a collective whose peer failed (Gloo and NCCL end it only when the peer's
+# connection closes): ranks still in one this long after their SIGINT are released by restarting the pool.
+TORCH_RELEASE_S = 2.0
 _cell_numbers = itertools.count(1)
 
 
@@ -360,14 +368,16 @@ class CellRun:
             done = ", ".join(
                 f"rank {r.rank} after {r.record.collectives if r.record else '?'} collectives" for r in finished
             )
-            self.mismatch = f"Collectives did not match: the cell finished on {done}, while {waits}.\n{ADVICE}"
+            self.mismatch = (
+                f"Collectives did not match: the cell finished on {done}, while {waits}.\n{_advice(running)}"
+            )
             self._begin_wind_down("mismatch")
         elif (
             len(running) > 1 and len({(r.waiting or {}).get("name") for r in running}) > 1 and waiting_for >= MISMATCH_S
         ):
             raise _PoolLost(
-                f"Collectives did not match: {waits}, for {waiting_for:.0f} s. {ADVICE} Ranks that wait on different "
-                "tensors can only be released by restarting Horovod"
+                f"Collectives did not match: {waits}, for {waiting_for:.0f} s. {_advice(running)} Ranks that wait on "
+                "different tensors can only be released by restarting the pool"
             )
 
     def _note_nonfinite(self, rank: int, metric: str, value: Any, step: Any) -> None:
@@ -463,6 +473,17 @@ class CellRun:
             self.pool.interrupt([r.rank for r in running])
             for r in running:
                 r.signaled_at = now
+        signaled = [r for r in self.runs.values() if r.state == "running" and r.signaled_at is not None]
+        if (
+            self.pool.torch_distributed
+            and signaled
+            and all(now - (r.signaled_at or now) > TORCH_RELEASE_S for r in signaled)
+        ):
+            waits = "; ".join(_waits_in(r) if r.waiting else f"rank {r.rank} did not stop" for r in signaled)
+            raise _PoolLost(
+                f"{waits}: a torch.distributed collective cannot be released once a peer failed or left it (Gloo and "
+                "NCCL cannot cancel one)"
+            )
         if self._overdue():
             stuck = [r.rank for r in self.runs.values() if r.state == "running" or not r.joined]
             raise _PoolLost(
@@ -546,7 +567,7 @@ class CellRun:
             parts.append(f"Interrupted: {format_ranks(stopped or list(self.runs))} stopped.")
         elif self.reason == "mismatch":
             pass  # the mismatch message said which ranks waited where
-        elif stopped:
+        elif stopped and lost is None:
             parts.append(
                 f"{format_ranks(stopped)} {'was' if len(stopped) == 1 else 'were'} still running after the "
                 "error (most likely waiting for the failed ranks in a collective) and "
@@ -564,6 +585,12 @@ class CellRun:
         else:
             hint = "The pool is ready for the next %%hvd cell."
         raise CellFailed("\n\n".join(parts), hint, interrupted=self.reason == "interrupt" and not errors)
+
+
+def _advice(runs: list[_RankRun]) -> str:
+    """The remedy in the words of the library the waiting ranks use."""
+    names = [str((r.waiting or {}).get("name", "")) for r in runs]
+    return TORCH_ADVICE if any(n.startswith(("dist.", "DDP")) for n in names) else ADVICE
 
 
 def _waits_in(run: _RankRun) -> str:

@@ -56,8 +56,16 @@ def launch_line(options: HvdPool, script_path: str) -> str:
     return f"mpirun -np {options.np or 2} {exports + ' ' if exports else ''}python {shlex.quote(script_path)}"
 
 
-def script(keeper: Keeper, options: HvdPool, script_path: str, notebook: str = "") -> Script:
-    """The exported script for `script_path`."""
+def torchrun_line(options: HvdPool, script_path: str) -> str:
+    """The same for torchrun (a torch.distributed pool whose cells do not use Horovod)."""
+    env = " ".join(shlex.quote(f"{k}={v}") for k, v in options.env.items())
+    return f"{env + ' ' if env else ''}torchrun --nproc-per-node {options.np or 2} {shlex.quote(script_path)}"
+
+
+def script(
+    keeper: Keeper, options: HvdPool, script_path: str, notebook: str = "", torch_distributed: bool = False
+) -> Script:
+    """The exported script for `script_path` (`torch_distributed`: the pool had a torch.distributed process group)."""
     out = Script("")
     body: list[str] = []
     for entry in [*keeper.journal, *(c for c in keeper.cells if not c.setup)]:
@@ -73,6 +81,8 @@ def script(keeper: Keeper, options: HvdPool, script_path: str, notebook: str = "
         + f": {cells} entries, as they ran (the setup journal first).",
         f"# Run it as the pool ran:   {launch_line(options, script_path)}",
     ]
+    if torch_distributed:
+        lines.append(f"#   or, without Horovod:   {torchrun_line(options, script_path)}")
     if out.left_out:
         lines.append("# Not exported (they need IPython; left as comments below):")
         lines += [f"#   {what}" for what in out.left_out]
@@ -89,7 +99,7 @@ def script(keeper: Keeper, options: HvdPool, script_path: str, notebook: str = "
         prelude_source(),
         "",
         "",
-        f"globals().update(prelude({'cpu' if options.cpu else 'auto'!r}))",
+        f"globals().update(prelude({'cpu' if options.cpu else 'auto'!r}, torch_distributed={torch_distributed}))",
         "if rank != 0:  # the notebook showed rank 0's output only",
         "    sys.stdout = open(os.devnull, 'w')",
     ]
@@ -225,12 +235,18 @@ def sbatch(options: HvdPool, script_path: Path) -> str:
 
 
 def write(
-    path: str, keeper: Keeper, options: HvdPool, with_sbatch: bool, pushed: Path, notebook: str = ""
+    path: str,
+    keeper: Keeper,
+    options: HvdPool,
+    with_sbatch: bool,
+    pushed: Path,
+    notebook: str = "",
+    torch_distributed: bool = False,
 ) -> tuple[list[Path], list[str]]:
     """Write the script (the pushed values beside it, and the batch script, PATH with .sbatch); the paths written,
     and what could not be exported. `pushed`: the pool's folder of pushed values."""
     target = Path(path).expanduser()
-    exported = script(keeper, options, str(target), notebook)
+    exported = script(keeper, options, str(target), notebook, torch_distributed)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(exported.text)
     os.chmod(target, 0o755)

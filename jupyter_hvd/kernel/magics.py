@@ -17,6 +17,7 @@ from .. import wire
 from ..widgets import view_for_cell
 from . import export, restart, slurm
 from . import pool as pools
+from . import profile as hvd_profile
 from . import timeline as hvd_timeline
 from . import transfer as hvd_transfer
 from .cell import CellOptions, next_number, run_cell
@@ -127,7 +128,7 @@ class HvdMagics(Magics):
         pool = pools.Pool.start(options)
         pool.bring_back = restart.bring_back
         pools.set_current(pool)
-        print(f"Pool ready in {time.monotonic() - t0:.1f} s: {options.np} ranks, Horovod initialised.")
+        print(f"Pool ready in {time.monotonic() - t0:.1f} s: {options.np} ranks, {pool.initialised()}.")
         print(pool.table())
 
     @cell_magic
@@ -150,6 +151,15 @@ class HvdMagics(Magics):
         default=None,
         metavar="PATH",
         help="record Horovod's timeline for this cell and summarise it (trace file: PATH, else hvd_timelines/)",
+    )
+    @argument(
+        "--profile",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FOLDER",
+        help="record this cell with torch.profiler on every rank and show where the time went (traces: FOLDER, else "
+        "hvd_profiles/)",
     )
     def hvd(self, line: str, cell: str) -> Any:
         """Run this cell on every rank (SPMD); rank 0's output streams in live.
@@ -185,7 +195,11 @@ class HvdMagics(Magics):
             setup=args.setup,
         )
         if args.timeline is not None:
+            if not pool.horovod:
+                raise UsageError("--timeline records Horovod's timeline, and this pool has no Horovod: use --profile.")
             return hvd_timeline.record(pool, args.timeline, lambda: run_cell(pool, source, options))
+        if args.profile is not None:
+            return hvd_profile.record(pool, args.profile, lambda: run_cell(pool, source, options))
         return run_cell(pool, source, options)
 
     @line_magic
@@ -417,12 +431,20 @@ class HvdMagics(Magics):
         pool = require_pool()
         notebook = os.environ.get("JPY_SESSION_NAME", "")
         written, left_out = export.write(
-            args.path, pool.keeper, pool.options, args.sbatch, restart.pushed_directory(pool), notebook
+            args.path,
+            pool.keeper,
+            pool.options,
+            args.sbatch,
+            restart.pushed_directory(pool),
+            notebook,
+            pool.torch_distributed,
         )
         entries = len(pool.keeper.journal) + sum(not c.setup for c in pool.keeper.cells)
         print(
             f"Wrote {written[0]} ({entries} entries). Run it with: {export.launch_line(pool.options, str(written[0]))}"
         )
+        if pool.torch_distributed:
+            print(f"  or, if its cells do not use Horovod: {export.torchrun_line(pool.options, str(written[0]))}")
         for path in written[1:]:
             if path.suffix == ".sbatch":
                 print(f"Wrote {path}: sbatch {path}")

@@ -65,6 +65,11 @@ class HvdPool(Configurable):
     ops = Unicode("auto", help="collective backend: auto (NCCL on GPUs, else MPI), nccl, mpi").tag(config=True)
     oversubscribe = Bool(False, help="allow more ranks than GPUs (ranks share GPUs)").tag(config=True)
     cpu = Bool(False, help="CPU ranks even where GPUs exist").tag(config=True)
+    torch_distributed = Bool(
+        False,
+        help="a torch.distributed process group on every rank too (NCCL on GPUs, Gloo on CPUs, Horovod's ranks), "
+        "`dist` in each namespace, for DDP and FSDP2 in cells (a pool without Horovod always has one)",
+    ).tag(config=True)
     fail_timeout = Float(
         10.0, help="after an error on some ranks, how long the others may take to stop before the pool restarts"
     ).tag(config=True, metavar="S")

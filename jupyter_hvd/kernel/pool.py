@@ -83,6 +83,9 @@ class Pool:
         self.bring_back: Callable[[Pool], str] | None = None
         self._bringing_back = False
         self.engines_started = 0  # sets of engines started so far (a restart while bringing back makes one more)
+        self.horovod = True  # the engines have Horovod (else torch.distributed only)
+        self.torch_distributed = options.torch_distributed  # the engines have a torch.distributed process group
+        self._torch_store: Any = None  # the TCPStore the kernel serves for a process group across hosts
         self.coming_back = ""  # what the restart brings back at the moment ("replaying setup entry 2 of 3")
         self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
@@ -156,7 +159,10 @@ class Pool:
         assert self.client is not None and self.channel is not None
         view = self.client[ids]
         self.channel.new_generation(len(ids))
-        ar = view.apply_async(wire.call, "bootstrap.start", env, device, self.channel.info())
+        store = self._store()
+        ar = view.apply_async(
+            wire.call, "bootstrap.start", env, device, self.channel.info(), self.options.torch_distributed, store
+        )
         try:
             rows = ar.get(timeout=self.options.timeout)
         except ipp.error.CompositeError as exc:
@@ -176,6 +182,8 @@ class Pool:
                 f"hvd.init() did not finish within {self.options.timeout:g} s on every engine.",
                 "Raise --timeout; on several hosts, check that they can reach each other.",
             ) from None
+        self.horovod = all(r.get("horovod", True) for r in rows)
+        self.torch_distributed = self.options.torch_distributed or not self.horovod
         self.ranks = sorted(
             (
                 Rank(
@@ -222,6 +230,19 @@ class Pool:
         for warning in sorted({r.get("warning") for r in rows} - {"", None}):
             print(f"jupyter-hvd: {warning}", file=sys.stderr, flush=True)
 
+    def _store(self) -> dict[str, Any]:
+        """The rendezvous of a torch.distributed process group (used where one is asked for, or Horovod is missing):
+        a FileStore in the pool's private directory on one host; between hosts a TCPStore this kernel serves on the
+        pool's address (importing torch here only then)."""
+        if not self.options.multi_host():
+            return {"file": str(self.directory / f"torch-store-{self.engines_started}")}
+        ip = self.launcher.controller_ip()
+        if self._torch_store is None:
+            import torch.distributed as dist
+
+            self._torch_store = dist.TCPStore(ip, 0, is_master=True, wait_for_workers=False)
+        return {"host": ip, "port": self._torch_store.port, "prefix": f"start-{self.engines_started}", "served": True}
+
     def restart(self, planned: bool = False) -> str:
         """Replace every engine with a fresh one (same options); Horovod is initialised again, the setup journal
         replayed and kept names restored. Returns what came back, in words.
@@ -260,6 +281,20 @@ class Pool:
             return self.bring_back(self)
         finally:
             self._bringing_back = False
+
+    def initialised(self) -> str:
+        """What the engines have: 'Horovod initialised', 'Horovod and torch.distributed (Gloo) initialised', or
+        torch.distributed alone where Horovod is not installed."""
+        ops = self.ranks[0].tensor_ops if self.ranks else ""
+        torch_backend = ops.rpartition("torch/")[2] if "torch/" in ops else ""
+        if not self.horovod:
+            return (
+                f"torch.distributed ({torch_backend}) initialised. Horovod is not installed here, so `hvd` is not "
+                "defined: cells use `dist` (torch.distributed)"
+            )
+        if self.torch_distributed:
+            return f"Horovod and torch.distributed ({torch_backend}) initialised"
+        return "Horovod initialised"
 
     def interrupted_restart(self) -> str:
         """What state a restart left the pool in when the user interrupted it, and what to type."""
@@ -376,7 +411,9 @@ class Pool:
         after = self.options.rest_after
         if after is None:
             after = REST_AFTER_GPU_S if any(r.device.startswith("cuda") for r in self.ranks) else REST_AFTER_CPU_S
-        if self.resting or not after or self.channel is None or self.state != "idle" or not self.can_rest():
+        if not self.horovod or self.resting or not after or self.channel is None or self.state != "idle":
+            return self.resting
+        if not self.can_rest():
             return self.resting
         if time.monotonic() - self._idle_since < after or not self.lock.acquire(blocking=False):
             return False

@@ -1,0 +1,136 @@
+"""torch.distributed on the pool: what the kernel needs to watch the process group that every rank has beside
+Horovod, or instead of it where Horovod is not installed (engine/prelude.py starts it: NCCL on GPU ranks, Gloo on
+CPU ranks, Horovod's rank numbering; its rendezvous is a FileStore in the pool's private directory on one host, where
+Gloo and NCCL also keep to loopback, and a TCPStore that rank 0 serves on the pool's address between hosts).
+
+Watching: blocking collectives called from Python (`dist.all_reduce(...)`) are counted and their waits recorded, as
+Horovod's are (engine/collectives.py), so the kernel names ranks whose collectives do not match; DDP's gradient
+allreduce (started in C++ during backward) is timed by a communication hook, for the straggler check
+(engine/pace.py). A torch.distributed collective whose peer failed cannot be released (Gloo and NCCL only end it
+when the peer's connection closes or the timeout passes), so the kernel restarts the pool instead.
+
+Imported on the engines only.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import collectives, pace
+
+# Blocking collectives a cell may call, by their names in torch.distributed.
+COLLECTIVES = (
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast_object_list",
+    "all_gather_object",
+    "gather_object",
+    "scatter_object_list",
+)
+
+
+def backend() -> str:
+    """This rank's torch.distributed backend, as the pool table shows it ("Gloo", "NCCL"); '' without a group."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return ""
+    return {"gloo": "Gloo", "nccl": "NCCL"}.get(str(dist.get_backend()), str(dist.get_backend()))
+
+
+# ---- watching ---------------------------------------------------------------------------------------------------
+
+_installed = False
+
+
+def install() -> None:
+    """Count and time the blocking collectives called from Python, and time DDP's gradient allreduce. Idempotent."""
+    global _installed
+    if _installed:
+        return
+    import torch.distributed as dist
+
+    for name in COLLECTIVES:
+        real = getattr(dist, name, None)
+        if real is not None:
+            setattr(dist, name, _watched(real, f"dist.{name}"))
+    _time_ddp()
+    _installed = True
+
+
+def _watched(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    @functools.wraps(real)
+    def collective(*args: Any, **kwargs: Any) -> Any:
+        collectives.started_one(kind)
+        if kwargs.get("async_op"):
+            return real(*args, **kwargs)
+        with collectives.waiting(kind):
+            if threading.get_ident() == threading.main_thread().ident:
+                start = time.perf_counter()
+                try:
+                    return real(*args, **kwargs)
+                finally:
+                    pace.waited(start, time.perf_counter())
+            return real(*args, **kwargs)
+
+    return collective
+
+
+def _time_ddp() -> None:
+    """DDP's buckets are allreduced from C++ during backward: a communication hook times them, registered at a
+    model's first forward unless the user registered one (which is then timed the same way)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    real_forward = DDP.forward
+    real_register = DDP.register_comm_hook
+
+    @functools.wraps(real_forward)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_jupyter_hvd_hooked", False):
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            real_register(self, self.process_group, _timed_hook(default_hooks.allreduce_hook))
+            self._jupyter_hvd_hooked = True
+        pace.ddp_step()
+        return real_forward(self, *args, **kwargs)
+
+    @functools.wraps(real_register)
+    def register_comm_hook(self: Any, state: object, hook: Callable[..., Any]) -> None:
+        real_register(self, state, _timed_hook(hook))
+        self._jupyter_hvd_hooked = True
+
+    DDP.forward = forward
+    DDP.register_comm_hook = register_comm_hook
+
+
+def _timed_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(hook)
+    def timed(state: Any, bucket: Any) -> Any:
+        start = time.perf_counter()
+        key = id(bucket)
+        collectives.started_one("DDP gradient allreduce")
+        collectives.pending(key, f"DDP gradient allreduce (bucket {bucket.index()})")
+        future = hook(state, bucket)
+
+        def done(f: Any) -> Any:
+            collectives.done(key)
+            pace.ddp_wait(time.perf_counter() - start)
+            return f.value()
+
+        return future.then(done)
+
+    return timed

@@ -1,0 +1,284 @@
+"""torch.distributed on the same pool: DDP and FSDP2 train in cells, and every promise the pool makes for Horovod
+holds for them: a raise in a collective ends the cell, uneven batches are named with torch's remedy, kept DDP and
+FSDP2 state comes back after a crash, the export runs under torchrun and mpirun, the profile says where time went.
+
+Real kernels with real 2-rank CPU pools (Gloo); tests/test_gpu.py runs the NCCL paths where a GPU is present.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import VENV_BIN, Kernel, wait_until_gone
+
+START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2 --torch-distributed"
+
+DDP_SETUP = """%%hvd --setup
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.1), torch.nn.ReLU(), torch.nn.Linear(32, 1)))
+opt = torch.optim.Adam(model.parameters(), lr=0.01)
+g = torch.Generator().manual_seed(10 + rank)
+X = torch.randn(256, 8, generator=g)
+Y = X.sum(1, keepdim=True)
+epoch = 0
+"""
+
+DDP_TRAIN = """%%hvd
+import os, signal, jupyter_hvd
+while epoch < 6:
+    for i in range(0, 256, 32):
+        opt.zero_grad()
+        loss = F.mse_loss(model(X[i:i + 32]), Y[i:i + 32])
+        loss.backward()
+        opt.step()
+    epoch += 1
+    jupyter_hvd.commit()
+    print(f"epoch {epoch} loss={loss.item():.6f}")
+    if epoch == CRASH_AT and rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+FSDP_SETUP = """%%hvd --setup
+import torch.nn.functional as F
+from torch.distributed.fsdp import fully_shard
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+for layer in net:
+    if isinstance(layer, torch.nn.Linear):
+        fully_shard(layer)
+fully_shard(net)
+fopt = torch.optim.Adam(net.parameters(), lr=0.01)
+g = torch.Generator().manual_seed(20 + rank)
+FX = torch.randn(128, 8, generator=g)
+FY = FX.sum(1, keepdim=True)
+"""
+
+FSDP_TRAIN = """%%hvd
+for step in range(20):
+    fopt.zero_grad()
+    floss = F.mse_loss(net(FX), FY)
+    floss.backward()
+    fopt.step()
+    if step % 5 == 4:
+        print(f"step {step} loss={floss.item():.6f}")
+"""
+
+SHARDS = """%%hvd
+shards = {k: v.to_local().clone() for k, v in net.state_dict().items()}
+moments = {k: {n: (t.to_local() if hasattr(t, 'to_local') else t).clone() for n, t in s.items()}
+           for k, s in fopt.state_dict()['state'].items()}
+both = (shards, moments)
+"""
+
+
+def losses(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"loss=(\S+)", text)]
+
+
+def pull_all(k: Kernel, names: str) -> list:
+    import pickle
+
+    out = []
+    for rank in (0, 1):
+        code = f"import pickle\n%hvd_pull {names} --rank {rank}\nprint('@@', pickle.dumps({names}).hex())"
+        r = k.run(code)
+        assert r.status == "ok", r.error_text
+        out.append(pickle.loads(bytes.fromhex(r.stdout.split("@@ ")[1].strip())))
+    return out
+
+
+def same(a, b) -> bool:
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[x], b[x]) for x in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+@pytest.fixture
+def kernel():
+    k = Kernel()
+    yield k
+    k.shutdown()
+    assert wait_until_gone(f"hvd-{k.pid}-") == []
+
+
+def test_ddp_and_fsdp2_train_in_cells_and_the_pool_says_torch_gloo(kernel):
+    k = kernel
+    r = k.run(START, timeout=120)
+    assert r.status == "ok", r.error_text
+    assert "torch.distributed (Gloo) initialised" in r.stdout and "torch/Gloo" in r.stdout, r.stdout
+    assert k.run(DDP_SETUP).status == "ok"
+    r = k.run(DDP_TRAIN.replace("CRASH_AT", "-1"), timeout=180)
+    assert r.status == "ok", r.error_text
+    ddp = losses(r.stdout)
+    assert len(ddp) == 6 and ddp[-1] < ddp[0] / 2, ddp
+    r = k.run(FSDP_SETUP)
+    assert r.status == "ok", r.error_text
+    r = k.run(FSDP_TRAIN, timeout=180)
+    assert r.status == "ok", r.error_text
+    fsdp = losses(r.stdout)
+    assert len(fsdp) == 4 and fsdp[-1] < fsdp[0], fsdp
+    # Every rank holds only its shard of each parameter.
+    r = k.run("%%hvd --ranks all\nprint('shard', net[0].weight.to_local().shape[0], 'of', net[0].weight.shape[0])")
+    assert r.stdout.count("shard 32 of 64") == 2, r.stdout
+    status = k.run("%hvd_status").stdout
+    assert "torch/Gloo" in status, status
+
+
+def test_a_raise_while_the_others_wait_in_a_torch_collective_ends_the_cell_within_10_s(kernel):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run("%%hvd --setup\nmarker = 41").status == "ok"
+    assert k.run("%hvd_keep marker").status == "ok"
+    t0 = time.monotonic()
+    r = k.run(
+        "%%hvd\nif rank == 1:\n    raise ValueError('boom on 1')\nx = torch.ones(2)\ndist.all_reduce(x)", timeout=60
+    )
+    took = time.monotonic() - t0
+    assert r.status == "error"
+    said = r.error_text
+    assert said.count("rank 1: ValueError: boom on 1") == 1 and said.count("Traceback") == 1, said
+    assert "dist.all_reduce" in said and "restarted" in said and "restored marker" in said, said
+    assert took < 10, f"the cell took {took:.1f} s"
+    r = k.run("%%hvd\nx = torch.ones(2)\ndist.all_reduce(x)\nprint('after', x.tolist(), marker)")
+    assert r.status == "ok" and "after [2.0, 2.0] 41" in r.stdout, r.stdout + r.error_text
+
+
+def test_uneven_ddp_batches_are_named_with_torchs_remedy(kernel):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run(DDP_SETUP).status == "ok"
+    uneven = (
+        "%%hvd\nfor i in range(3 + rank):\n    opt.zero_grad()\n"
+        "    F.mse_loss(model(X[:32]), Y[:32]).backward()\n    opt.step()\n"
+    )
+    t0 = time.monotonic()
+    r = k.run(uneven, timeout=60)
+    assert r.status == "error"
+    said = r.error_text
+    assert "Collectives did not match" in said and "DDP gradient allreduce" in said, said
+    assert "torch.distributed.algorithms.Join" in said and "drop_last=True" in said, said
+    assert time.monotonic() - t0 < 15
+    assert k.run("%%hvd\nprint(type(model).__name__)").stdout.strip() == "DistributedDataParallel"
+
+
+@pytest.fixture(scope="module")
+def ddp_baseline():
+    k = Kernel()
+    try:
+        assert k.run(START, timeout=120).status == "ok"
+        assert k.run(DDP_SETUP).status == "ok"
+        assert k.run("%hvd_keep model opt epoch").status == "ok"
+        r = k.run(DDP_TRAIN.replace("CRASH_AT", "-1"), timeout=180)
+        assert r.status == "ok", r.error_text
+        assert k.run("%%hvd\nstate = (model.state_dict(), opt.state_dict())").status == "ok"
+        yield {"printed": re.findall(r"epoch \d+ loss=\S+", r.stdout), "state": pull_all(k, "state")}
+    finally:
+        k.shutdown()
+
+
+def test_a_crashed_ddp_run_comes_back_and_ends_bit_for_bit(ddp_baseline, kernel):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run(DDP_SETUP).status == "ok"
+    assert k.run("%hvd_keep model opt epoch").status == "ok"
+    crashed = k.run(DDP_TRAIN.replace("CRASH_AT", "3"), timeout=180)
+    assert crashed.status == "error" and "restored model, opt, epoch" in crashed.error_text, crashed.error_text
+    again = k.run(DDP_TRAIN.replace("CRASH_AT", "-1"), timeout=180)
+    assert again.status == "ok", again.error_text
+    printed = re.findall(r"epoch \d+ loss=\S+", crashed.stdout + again.stdout)
+    assert sorted(set(printed)) == sorted(ddp_baseline["printed"]), (printed, ddp_baseline["printed"])
+    assert k.run("%%hvd\nstate = (model.state_dict(), opt.state_dict())").status == "ok"
+    got = pull_all(k, "state")
+    for rank in (0, 1):
+        assert same(got[rank], ddp_baseline["state"][rank]), f"rank {rank}'s DDP model or Adam state differs"
+
+
+def test_fsdp2_shards_come_back_on_each_rank_after_a_restart(kernel):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run(FSDP_SETUP).status == "ok"
+    assert k.run("%hvd_keep net fopt").status == "ok"
+    assert k.run(FSDP_TRAIN, timeout=180).status == "ok"
+    assert k.run(SHARDS).status == "ok"
+    before = pull_all(k, "both")
+    assert not same(before[0][0], before[1][0]), "the ranks' shards should differ"
+    r = k.run("%hvd_restart", timeout=180)
+    assert r.status == "ok" and "restored net, fopt" in r.stdout, r.stdout + r.error_text
+    assert k.run(SHARDS).status == "ok"
+    after = pull_all(k, "both")
+    for rank in (0, 1):
+        assert same(after[rank][0], before[rank][0]), f"rank {rank}'s shards differ after the restore"
+        assert same(after[rank][1], before[rank][1]), f"rank {rank}'s Adam moments differ after the restore"
+    r = k.run(FSDP_TRAIN, timeout=180)
+    assert r.status == "ok", r.error_text
+
+
+def test_the_export_runs_under_torchrun_and_under_mpirun(kernel, tmp_path):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run(DDP_SETUP).status == "ok"
+    r = k.run(DDP_TRAIN.replace("CRASH_AT", "-1"), timeout=180)
+    assert r.status == "ok", r.error_text
+    printed = re.findall(r"epoch \d+ loss=\S+", r.stdout)
+    script = tmp_path / "ddp.py"
+    r = k.run(f"%hvd_export {script}")
+    assert r.status == "ok" and "torchrun --nproc-per-node 2" in r.stdout, r.stdout + r.error_text
+    env = {
+        **os.environ,
+        "PATH": VENV_BIN + os.pathsep + os.environ["PATH"],
+        "PYTHONPATH": str(Path(__file__).parents[1]),
+    }
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    torchrun = shutil.which("torchrun", path=VENV_BIN)
+    assert torchrun, "torchrun is not in the venv"
+    runs = {
+        "torchrun": [torchrun, "--nproc-per-node", "2", str(script)],
+        "mpirun": [
+            str(Path(VENV_BIN) / "mpirun"),
+            "-np",
+            "2",
+            "--bind-to",
+            "none",
+            "-x",
+            "PYTHONPATH",
+            sys.executable,
+            str(script),
+        ],
+    }
+    for name, command in runs.items():
+        out = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+        assert out.returncode == 0, f"{name}: {out.stderr[-3000:]}"
+        assert re.findall(r"epoch \d+ loss=\S+", out.stdout) == printed, (name, out.stdout, printed)
+
+
+def test_profile_says_where_each_ranks_time_went(kernel, tmp_path):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run(DDP_SETUP).status == "ok"
+    cell = f"%%hvd --profile {tmp_path}\nimport time\nfor i in range(0, 256, 32):\n"
+    cell += "    opt.zero_grad(); F.mse_loss(model(X[i:i+32]), Y[i:i+32]).backward(); opt.step()\n"
+    cell += "    if rank == 1:\n        time.sleep(0.05)\nx = torch.ones(1)\ndist.all_reduce(x)\n"
+    r = k.run(cell, timeout=180)
+    assert r.status == "ok", r.error_text
+    assert "Where the time went" in r.stdout, r.stdout
+    rows = {int(m.group(1)): m.group(0) for m in re.finditer(r"^\s+(\d)\s+\d+\.\d+\s+\d+%\s+(\d+)%.*$", r.stdout, re.M)}
+    assert set(rows) == {0, 1}, r.stdout
+    waiting = {rank: int(re.split(r"\s+", row.strip())[3].rstrip("%")) for rank, row in rows.items()}
+    assert waiting[0] > waiting[1], f"rank 0 waits for the slow rank 1: {waiting}"
+    assert (tmp_path / "rank0.json").exists() and (tmp_path / "rank1.json").exists()
