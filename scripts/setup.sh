@@ -44,32 +44,47 @@ pip install -r requirements.txt
 
 # --- Horovod 0.28.1 -------------------------------------------------------------------------------------------
 FLAGS="HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1"
-[ -n "$TORCH_CUDA" ] && FLAGS="$FLAGS HOROVOD_GPU_OPERATIONS=NCCL"
+if [ -n "$TORCH_CUDA" ]; then
+  FLAGS="$FLAGS HOROVOD_GPU_OPERATIONS=NCCL"
+  # Build for the GPUs present (e.g. 90 for an H100): Horovod's default list does not reach recent ones.
+  CC_LIST=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d '.' | sort -u | paste -sd, -)
+  [ -n "$CC_LIST" ] && FLAGS="$FLAGS HOROVOD_BUILD_CUDA_CC_LIST=$CC_LIST"
+fi
 KEY=$(printf '%s|%s|%s' "$TORCH_VERSION" "$FLAGS" "$("$VENV/bin/python" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-12)
 WHEELDIR=$CACHE/horovod-0.28.1-$KEY
+
+build_horovod() {
+  log "building Horovod 0.28.1 for torch $TORCH_VERSION (one time, about 6 minutes on 2 cores)"
+  mkdir -p "$CACHE/build-$KEY"
+  # Horovod 0.28.1 forces C++14 and strips -std= from CXXFLAGS, while torch >= 2.1 needs C++17; and GCC 13's headers
+  # no longer bring <string> and <stdexcept> in where two of Horovod's headers rely on it. A wrapper fixes both
+  # (harmless with GCC 12).
+  WRAP=$CACHE/build-$KEY/cxx17
+  printf '#!/bin/sh\nfor a; do shift; case "$a" in -std=c++11|-std=c++14) a=-std=c++17;; esac; set -- "$@" "$a"; done\ncase " $* " in *" -c "*) set -- -include string -include stdexcept "$@";; esac\nexec g++ "$@"\n' >"$WRAP"
+  chmod +x "$WRAP"
+  if [ -n "$TORCH_CUDA" ]; then
+    NCCL=$("$VENV/bin/python" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+    [ -n "$NCCL" ] && export HOROVOD_NCCL_INCLUDE=$NCCL/include HOROVOD_NCCL_LIB=$NCCL/lib HOROVOD_NCCL_LINK=SHARED
+  fi
+  # CMake 4 refuses the vendored gloo's cmake_minimum_required(2.8.12) without this policy floor.
+  env $FLAGS CXX="$WRAP" CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$(nproc)" \
+    "$VENV/bin/python" -m pip wheel --disable-pip-version-check -q --no-build-isolation --no-deps --no-cache-dir \
+    -w "$CACHE/build-$KEY/out" horovod==0.28.1 >"$CACHE/horovod-build.log" 2>&1 || return 1
+  mkdir -p "$WHEELDIR" && mv "$CACHE/build-$KEY"/out/horovod-*.whl "$WHEELDIR/" && rm -rf "$CACHE/build-$KEY"
+}
+
 if "$VENV/bin/python" -c 'import horovod.torch' 2>/dev/null; then
   log "Horovod already installed"
-else
-  if ! ls "$WHEELDIR"/horovod-*.whl >/dev/null 2>&1; then
-    log "building Horovod 0.28.1 for torch $TORCH_VERSION (one time, about 6 minutes on 2 cores)"
-    mkdir -p "$CACHE/build-$KEY"
-    # horovod 0.28.1 forces C++14 and strips -std= from CXXFLAGS; torch >= 2.1 needs C++17: a wrapper rewrites it.
-    WRAP=$CACHE/build-$KEY/cxx17
-    printf '#!/bin/sh\nfor a; do shift; case "$a" in -std=c++11|-std=c++14) a=-std=c++17;; esac; set -- "$@" "$a"; done\nexec g++ "$@"\n' >"$WRAP"
-    chmod +x "$WRAP"
-    if [ -n "$TORCH_CUDA" ]; then
-      NCCL=$("$VENV/bin/python" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
-      [ -n "$NCCL" ] && export HOROVOD_NCCL_INCLUDE=$NCCL/include HOROVOD_NCCL_LIB=$NCCL/lib HOROVOD_NCCL_LINK=SHARED
-    fi
-    # CMake 4 refuses the vendored gloo's cmake_minimum_required(2.8.12) without this policy floor.
-    env $FLAGS CXX="$WRAP" CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$(nproc)" \
-      pip wheel --no-build-isolation --no-deps --no-cache-dir -w "$CACHE/build-$KEY/out" horovod==0.28.1
-    mkdir -p "$WHEELDIR" && mv "$CACHE/build-$KEY"/out/horovod-*.whl "$WHEELDIR/" && rm -rf "$CACHE/build-$KEY"
-  else
-    log "Horovod wheel found in cache ($WHEELDIR)"
-  fi
+elif [ -n "${JUPYTER_HVD_WITHOUT_HOROVOD:-}" ]; then
+  log "JUPYTER_HVD_WITHOUT_HOROVOD is set: no Horovod; pools run torch.distributed only (DDP, FSDP2)"
+elif ls "$WHEELDIR"/horovod-*.whl >/dev/null 2>&1 || build_horovod; then
+  log "Horovod wheel in the cache ($WHEELDIR)"
   pip install --no-deps "$WHEELDIR"/horovod-*.whl
   pip install cloudpickle psutil pyyaml   # horovod's own runtime requirements (installed --no-deps above)
+else
+  log "Horovod 0.28.1 could not be built for torch $TORCH_VERSION (the end of $CACHE/horovod-build.log says why):"
+  tail -5 "$CACHE/horovod-build.log" | sed 's/^/    /'
+  log "set-up goes on: pools run torch.distributed only (DDP, FSDP2), and %hvd_start says so"
 fi
 
 # The front end: one npm workspace at the root (package.json, package-lock.json) over labextension/ (the sidebar)

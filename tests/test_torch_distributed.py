@@ -7,6 +7,7 @@ Real kernels with real 2-rank CPU pools (Gloo); tests/test_gpu.py runs the NCCL 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -282,3 +283,53 @@ def test_profile_says_where_each_ranks_time_went(kernel, tmp_path):
     waiting = {rank: int(re.split(r"\s+", row.strip())[3].rstrip("%")) for rank, row in rows.items()}
     assert waiting[0] > waiting[1], f"rank 0 waits for the slow rank 1: {waiting}"
     assert (tmp_path / "rank0.json").exists() and (tmp_path / "rank1.json").exists()
+
+
+def venv_without_horovod(where: Path) -> Path:
+    """A real venv with everything the project's venv has except Horovod (its packages linked, not copied); its
+    python."""
+    main = Path(VENV_BIN).parent
+    site = next(main.glob("lib/python3*/site-packages"))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    own = next(where.glob("lib/python3*/site-packages"))
+    for entry in site.iterdir():
+        if not entry.name.lower().startswith("horovod"):
+            (own / entry.name).symlink_to(entry)
+    for tool in Path(VENV_BIN).iterdir():
+        if not (where / "bin" / tool.name).exists():
+            (where / "bin" / tool.name).symlink_to(tool.resolve())
+    python = where / "bin" / "python"
+    probe = subprocess.run([python, "-c", "import horovod"], capture_output=True, text=True)
+    assert probe.returncode != 0, "Horovod is still importable in the venv made without it"
+    return python
+
+
+def test_a_pool_without_horovod_starts_and_trains_with_ddp(tmp_path, monkeypatch):
+    python = venv_without_horovod(tmp_path / "venv")
+    spec = tmp_path / "share" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    argv = [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        f'{{"argv": {json.dumps(argv)}, "display_name": "no horovod", "language": "python"}}'
+    )
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "share"))
+    k = Kernel()
+    try:
+        r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
+        assert r.status == "ok", r.error_text
+        assert "Horovod is not installed here" in r.stdout and "torch/Gloo" in r.stdout, r.stdout
+        r = k.run(DDP_SETUP)
+        assert r.status == "ok", r.error_text
+        r = k.run(DDP_TRAIN.replace("CRASH_AT", "-1"), timeout=180)
+        assert r.status == "ok", r.error_text
+        ddp = losses(r.stdout)
+        assert len(ddp) == 6 and ddp[-1] < ddp[0] / 2, ddp
+        r = k.run("%%hvd\nprint('hvd' in globals(), type(dist).__name__)")
+        assert "False module" in r.stdout, r.stdout
+        # Idle: no rest is tried (it needs Horovod), and nothing failed on the ranks.
+        time.sleep(3)
+        r = k.run("%hvd_status")
+        assert "problem" not in r.stdout, r.stdout
+    finally:
+        k.shutdown()
+    assert wait_until_gone(f"hvd-{k.pid}-") == []
