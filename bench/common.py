@@ -125,13 +125,16 @@ class Script:
 
     def __init__(self, name: str, mca: list[str], path: str, np: int = 2) -> None:
         self.name, self.mca, self.path, self.np = name, mca, path, np
-        self.short = "script (yield)" if mca else "script"
+        self.short = {"": "script", "torchrun": "torchrun script"}.get(mca[0] if mca else "", "script (yield)")
         self.results: list[dict] = []
         self.launcher: subprocess.Popen | None = None
         self.ranks: list[psutil.Process] = []
 
     def start(self) -> None:
-        cmd = ["mpirun", "-np", str(self.np), "--bind-to", "none", *self.mca, sys.executable, self.path]
+        if self.mca and self.mca[0] == "torchrun":  # a torch.distributed script: torchrun starts its ranks
+            cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", str(self.np), self.path]
+        else:
+            cmd = ["mpirun", "-np", str(self.np), "--bind-to", "none", *self.mca, sys.executable, self.path]
         self.launcher = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def window(self) -> dict:

@@ -72,3 +72,45 @@ def script(steps: int, print_every: int, windows: int) -> str:
         "    hvd.allreduce(torch.zeros(1), name=f'bench.go.{w}')\n" + body + "\n"
     )
     return head + SETUP + loop
+
+
+# The same model and loop with torch's DistributedDataParallel on the pool's torch.distributed process group
+# (`%hvd_start --torch-distributed`), and as a script for `torchrun --nproc-per-node N`.
+SETUP_DDP = SETUP.replace(
+    """opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9),
+                               named_parameters=model.named_parameters())
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+hvd.broadcast_optimizer_state(opt, root_rank=0)""",
+    """from torch.nn.parallel import DistributedDataParallel as DDP
+model = DDP(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)""",
+)
+
+
+def window_ddp(steps: int, print_every: int) -> str:
+    """One timed window of DDP training, as the body of a %%hvd cell (after SETUP_DDP ran)."""
+    return (
+        window(steps, print_every)
+        .replace('hvd.allreduce(torch.zeros(1), name="bench.start")', "dist.barrier()")
+        .replace('hvd.allreduce(torch.zeros(1), name="bench.end")', "dist.barrier()")
+    )
+
+
+def script_ddp(steps: int, print_every: int, windows: int) -> str:
+    """The DDP workload as a script for `torchrun --nproc-per-node N script.py`, gated like `script()`."""
+    head = (
+        "import sys, os\nimport torch\nimport torch.distributed as dist\n"
+        "backend = 'nccl' if torch.cuda.is_available() else 'gloo'\n"
+        "dist.init_process_group(backend)\nrank, size = dist.get_rank(), dist.get_world_size()\n"
+        "local = int(os.environ.get('LOCAL_RANK', 0))\n"
+        "torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(os.environ.get('LOCAL_WORLD_SIZE', 1))))\n"
+        "device = torch.device('cuda', local) if torch.cuda.is_available() else torch.device('cpu')\n"
+        "if device.type == 'cuda':\n    torch.cuda.set_device(device)\n"
+    )
+    body = "\n".join("    " + line for line in window_ddp(steps, print_every).strip().splitlines())
+    loop = (
+        f"for w in range({windows}):\n"
+        "    if rank == 0:\n        sys.stdin.readline()\n"
+        "    dist.barrier()\n" + body + "\n"
+    )
+    return head + SETUP_DDP + loop

@@ -110,6 +110,62 @@ def wrap_op_starters(wrap: Callable[[Callable[..., Any], str], Callable[..., Any
         setattr(mpi_ops, attr, wrap(getattr(mpi_ops, attr), OP_STARTERS[attr]))
 
 
+# Horovod's queries (horovod/common/basics.py calls these through its ctypes library) that an idle pool answers
+# itself while Horovod rests: the answers do not change between a rest and the next start.
+QUERIES = (
+    "horovod_rank",
+    "horovod_size",
+    "horovod_local_rank",
+    "horovod_local_size",
+    "horovod_cross_rank",
+    "horovod_cross_size",
+    "horovod_is_initialized",
+)
+
+
+class _Answering:
+    """Horovod's ctypes library, with QUERIES answered by `answer(name)` where it returns a value."""
+
+    def __init__(self, library: Any, answer: Callable[[str], Any]) -> None:
+        self._library = library
+        self._answer = answer
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._library, name)
+        if name not in QUERIES:
+            return real
+
+        def query(*args: Any) -> Any:
+            value = self._answer(name)
+            return real(*args) if value is None else value
+
+        return query
+
+
+def answer_queries(answer: Callable[[str], Any]) -> None:
+    """Have hvd.rank(), hvd.size() and the other QUERIES answered by `answer(name)` where it returns a value (None:
+    Horovod answers). Idempotent."""
+    basics = getattr(_mpi_ops(), "_basics", None)
+    if basics is None or not hasattr(basics, "MPI_LIB_CTYPES"):
+        raise _missing("mpi_ops._basics.MPI_LIB_CTYPES", "answer rank and size while Horovod rests")
+    if not isinstance(basics.MPI_LIB_CTYPES, _Answering):
+        basics.MPI_LIB_CTYPES = _Answering(basics.MPI_LIB_CTYPES, answer)
+
+
+def wrap_public(names: tuple[str, ...], wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace horovod.torch's functions `names` (join, barrier: collectives that start no op through the op
+    starters) by `wrap(function)`, also where they were imported by name."""
+    mpi_ops = _mpi_ops()
+    for attr in names:
+        current = getattr(mpi_ops, attr, None)
+        if current is None:
+            raise _missing(f"mpi_ops.{attr}", "start Horovod again when a cell uses it")
+        wrapped = wrap(current)
+        for name, module in list(sys.modules.items()):
+            if name.startswith("horovod.torch") and getattr(module, attr, None) is current:
+                setattr(module, attr, wrapped)
+
+
 def wrap_synchronize(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
     """Replace horovod.torch's synchronize(handle) (every blocking collective waits in it) by `wrap(synchronize)`,
     also in the modules that imported it by name."""

@@ -29,7 +29,7 @@ def start(
     """
     os.environ.update(env)
     from .. import compat
-    from . import collectives, guards, pace, torch_dist
+    from . import collectives, guards, idle, pace, torch_dist
     from .prelude import prelude
 
     try:
@@ -45,6 +45,7 @@ def start(
         guards.install()  # hvd.init() pasted into a cell, or a cell that wraps an optimizer run twice, is harmless
         collectives.install()  # which collective a rank waits in, for the kernel's mismatch check
         pace.install()  # compute and wait per training step, for the kernel's straggler check (after collectives)
+        idle.wake_on_first_use()  # a resting Horovod starts again when a cell uses it (outermost: before the rest)
     if dist is not None:
         torch_dist.install()  # the same for torch.distributed's collectives and DDP
     if dev.type == "cuda":

@@ -143,7 +143,7 @@ def run_cell(
     record = CellRecord(rank=rank, ok=True)
     collectives.begin_cell()
     try:
-        record.woke = idle.wake()  # Horovod rested while the pool was idle: every rank starts it again first
+        record.woke = idle.begin_cell()  # Horovod starts again at the cell's first use of it, unless asked now
         body, last = _split_last_expression(src, filename)
         exec(body, ns)
         if last is not None:
