@@ -48,6 +48,7 @@ def start(
         idle.wake_on_first_use()  # a resting Horovod starts again when a cell uses it (outermost: before the rest)
     if dist is not None:
         torch_dist.install()  # the same for torch.distributed's collectives and DDP
+    guards.script_argv()  # argparse in a pasted script sees a script's argv, not the engine's
     if dev.type == "cuda":
         dev_name = f"cuda:{dev.index} {torch.cuda.get_device_name(dev)}"
         tensor_ops = "NCCL" if hvd is not None and hvd.nccl_built() else "MPI"

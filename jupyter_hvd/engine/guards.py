@@ -8,6 +8,7 @@ is harmless in a script can act twice. Imported on the engines only; `install()`
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import weakref
 from typing import Any
@@ -26,9 +27,9 @@ RERUN_ADVICE = (
 
 def _say(text: str) -> None:
     """Print a note under the cell that caused it, from rank 0 only (every rank runs the same line)."""
-    import horovod.torch as hvd
+    from . import outbox
 
-    if hvd.rank() == 0:
+    if outbox.rank() == 0:
         print(f"jupyter-hvd: {text}", file=sys.stderr, flush=True)
 
 
@@ -39,21 +40,53 @@ def retire(optimizer: Any) -> int:
 
 
 def _guard_init(hvd: Any) -> None:
+    """A script's hvd.init(...) in a cell: harmless where it asks for nothing new (Horovod is initialised already: a
+    second plain init would clear its table of ops in flight); where it brings process sets, a communicator, or
+    HOROVOD_* variables the cell set, Horovod starts again with them on every rank, as under mpirun, said in one line.
+    What Horovod 0.28.1 cannot start again with is named, with the %hvd_start option that does it."""
+    from . import idle
+
     real_init = hvd.init
 
     @functools.wraps(real_init)
     def init(*args: Any, **kwargs: Any) -> None:
-        # horovod.torch.init() clears the table of in-flight ops, so a second call breaks pending gradients.
-        if hvd.is_initialized():
-            if args or kwargs:
-                _say(
-                    f"hvd.init() was called with arguments, but Horovod is already initialised on this pool "
-                    f"(size {hvd.size()}); the call was ignored. Pool-wide settings go in %hvd_start --env KEY=VALUE."
-                )
+        if not hvd.is_initialized():
+            return real_init(*args, **kwargs)
+        changed = idle.settings_changed()
+        fixed = {k: v for k, v in changed.items() if k in idle.FIXED}
+        if fixed:
+            flags = ", ".join(idle.FIXED[k] for k in fixed)
+            _say(
+                f"{', '.join(fixed)} set in a cell cannot take effect on a running pool: Horovod 0.28.1 crashes when "
+                f"it starts again with {'it' if len(fixed) == 1 else 'them'} (a segfault). It stays as the pool "
+                f"started; to change it: %hvd_stop, then %hvd_start with {flags}."
+            )
+            changed = {k: v for k, v in changed.items() if k not in fixed}
+        if not args and not kwargs and not changed:
             return None
-        return real_init(*args, **kwargs)
+        saved = {k: os.environ.get(k) for k in fixed}
+        idle.set_horovod_env({key: then for key, (then, _) in fixed.items()})  # not in this start: it would crash
+        try:
+            seconds = idle.start_again(real_init, args, kwargs)
+        finally:
+            idle.set_horovod_env(saved)
+        asked = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        env = ", ".join(f"{k}={now}" if now is not None else f"without {k}" for k, (_, now) in changed.items())
+        said = f"Horovod started again on every rank ({seconds * 1000:.0f} ms) for hvd.init({asked})"
+        said += f" with {env}" if env else ""
+        said += ", as a script's start would be"
+        _say(said + (": it stays awake from now on (an idle rest would drop what init was given)." if asked else "."))
+        return None
+
+    real_shutdown = hvd.shutdown
+
+    @functools.wraps(real_shutdown)
+    def shutdown() -> None:
+        # A pasted script's last line: Horovod rests until the next cell uses it, as between cells.
+        idle.shutdown_by_cell()
 
     hvd.init = init
+    hvd.shutdown = shutdown
 
 
 def _zero_grad_with_set_to_none() -> None:
@@ -117,6 +150,34 @@ def _guard_broadcast_object(hvd: Any) -> None:
         return real(obj, root_rank, name or "broadcast_object", **kwargs)
 
     hvd.broadcast_object = broadcast_object
+
+
+ARGV = ["cell"]  # sys.argv in a cell: a script's, run without arguments (the engine's own would confuse argparse)
+_argv_said = False
+
+
+def script_argv() -> None:
+    """Give cells a script's sys.argv, and say so once, the first time argparse reads it."""
+    import argparse
+
+    sys.argv = list(ARGV)
+    if getattr(argparse.ArgumentParser.parse_known_args, "_jupyter_hvd", False):
+        return
+    real = argparse.ArgumentParser.parse_known_args
+
+    @functools.wraps(real)
+    def parse_known_args(self: Any, args: Any = None, namespace: Any = None) -> Any:
+        global _argv_said
+        if args is None and not _argv_said and sys.argv == ARGV:
+            _argv_said = True
+            _say(
+                "argparse reads sys.argv == ['cell'] in a cell, as a script run without arguments does; give a "
+                "cell its arguments as parser.parse_args(['--lr', '0.1'])."
+            )
+        return real(self, args, namespace)
+
+    parse_known_args._jupyter_hvd = True  # type: ignore[attr-defined]
+    argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
 def install() -> None:

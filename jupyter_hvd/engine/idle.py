@@ -29,8 +29,10 @@ _wake_lock = threading.Lock()
 
 
 def can_rest() -> bool:
-    """Whether this rank's Horovod may rest (the kernel decides alike, from the same environment: wire.can_rest)."""
-    return wire.can_rest(os.environ)
+    """Whether this rank's Horovod may rest (the kernel decides alike, from the same environment: wire.can_rest);
+    not once a cell started it with process sets or a communicator of its own (a start without them would drop
+    them)."""
+    return wire.can_rest(os.environ) and not _init_arguments
 
 
 def rest() -> dict[str, Any]:
@@ -49,6 +51,15 @@ def rest() -> dict[str, Any]:
     busy = collectives.busy()
     if MPI.COMM_WORLD.allreduce(bool(busy), op=MPI.LOR):
         return {"resting": False, "busy": busy or "another rank is busy", "seconds": time.perf_counter() - t0}
+    _stop(hvd)
+    return {"resting": True, "seconds": time.perf_counter() - t0}
+
+
+def _stop(hvd: Any) -> None:
+    """Shut Horovod down on this rank (every rank does it together), answering its queries from here on."""
+    global _resting
+    from . import collectives
+
     _answers.update(
         horovod_rank=hvd.rank(),
         horovod_size=hvd.size(),
@@ -58,11 +69,62 @@ def rest() -> dict[str, Any]:
         horovod_cross_size=hvd.cross_size(),
         horovod_is_initialized=1,
     )
-    hvd.shutdown()  # also right when the first rank's shutdown already ended this rank's background thread
+    from horovod.torch import mpi_ops
+
+    mpi_ops.shutdown()  # Horovod's own (a cell's hvd.shutdown() comes here); right also where it already ended
     compat.handles_in_flight().clear()  # ops left in flight by a stalled cell ended with the shutdown
     collectives.forget()
     _resting = True
-    return {"resting": True, "seconds": time.perf_counter() - t0}
+
+
+def shutdown_by_cell() -> None:
+    """A cell's hvd.shutdown() (a pasted script's last line): Horovod rests, and starts again at the next use."""
+    import horovod.torch as hvd
+
+    with _wake_lock:
+        if not _resting:
+            _stop(hvd)
+
+
+# What a script's hvd.init(...) in a cell may change, and how the pool's Horovod was started: the HOROVOD_* variables
+# it read, and init's arguments (process sets, a communicator) where a cell gave some.
+_horovod_env = {k: v for k, v in os.environ.items() if k.startswith("HOROVOD_")}
+_init_arguments: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+# Horovod 0.28.1 cannot start again once one of these is set (the second start writes to a tuning parameter the first
+# dropped: a segfault, seen with each): in the words of %hvd_start.
+FIXED = {
+    "HOROVOD_CYCLE_TIME": "--cycle-time MS",
+    "HOROVOD_FUSION_THRESHOLD": "--fusion-mb MB",
+    "HOROVOD_AUTOTUNE": "--env HOROVOD_AUTOTUNE=1",
+}
+
+
+def settings_changed() -> dict[str, tuple[str | None, str | None]]:
+    """HOROVOD_* variables a cell set, changed or removed since Horovod started: name -> (then, now)."""
+    now = {k: v for k, v in os.environ.items() if k.startswith("HOROVOD_")}
+    return {
+        k: (_horovod_env.get(k), now.get(k))
+        for k in sorted(set(now) | set(_horovod_env))
+        if now.get(k) != _horovod_env.get(k)
+    }
+
+
+def start_again(init: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
+    """Start Horovod again on this rank with a script's hvd.init(*args, **kwargs) and the environment as the cell set
+    it (every rank runs the same cell, so it is collective); the seconds it took."""
+    global _resting, _started_with, _horovod_env, _init_arguments
+    import horovod.torch as hvd
+
+    with _wake_lock:
+        t0 = time.perf_counter()
+        if not _resting:
+            _stop(hvd)
+        _resting = False
+        init(*args, **kwargs)
+        _started_with = {k: os.environ.get(k) for k in _RESTART_ON}
+        _horovod_env = {k: v for k, v in os.environ.items() if k.startswith("HOROVOD_")}
+        _init_arguments = (args, kwargs) if args or kwargs else None
+        return time.perf_counter() - t0
 
 
 # Variables Horovod reads only in hvd.init() that a cell may change on a running pool (`%%hvd --timeline`), and
@@ -77,11 +139,7 @@ def set_horovod_env(changes: Mapping[str, str | None]) -> None:
 
     Every rank must make the same change, since that restart is collective (all ranks run the same cell).
     """
-    for key, value in changes.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    _set_env(changes)
 
 
 def horovod_env(key: str) -> str | None:
@@ -106,8 +164,22 @@ def wake() -> float:
         t0 = time.perf_counter()
         _started_with = {k: os.environ.get(k) for k in _RESTART_ON}
         _resting = False  # from here Horovod answers its queries itself (hvd.init() asks whether it is initialised)
-        hvd.init()
+        # A fixed tuning variable a cell set since is left out of this start: Horovod would crash (FIXED).
+        user = {k: os.environ.get(k) for k in FIXED}
+        _set_env({k: _horovod_env.get(k) for k in FIXED})
+        try:
+            hvd.init()
+        finally:
+            _set_env(user)
         return time.perf_counter() - t0
+
+
+def _set_env(values: Mapping[str, str | None]) -> None:
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def begin_cell() -> float:
