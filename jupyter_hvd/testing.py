@@ -20,6 +20,7 @@ class CellResult:
     streams: list[tuple[float, str, str]] = field(default_factory=list)  # (time, name, text)
     error: dict[str, Any] | None = None
     outputs: list[dict[str, Any]] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)  # input requests the cell made, in order
     started: float = 0.0
     finished: float = 0.0
 
@@ -50,17 +51,27 @@ class Kernel:
         self.kc.wait_for_ready(timeout=60)
         self.pid: int = self.km.provisioner.process.pid  # type: ignore[union-attr]
 
-    def run(self, code: str, timeout: float = 120.0, on_start: Any = None, cell_id: str | None = None) -> CellResult:
+    def run(
+        self,
+        code: str,
+        timeout: float = 120.0,
+        on_start: Any = None,
+        cell_id: str | None = None,
+        inputs: list[str] | None = None,
+    ) -> CellResult:
         """Execute `code`, collect iopub until idle; `on_start(result)` runs once the cell is sent.
 
         `cell_id`: sent as the notebook cell's id, as JupyterLab, Notebook 7 and VS Code send it.
+        `inputs`: what the user types into the input box, one answer per input request, in order (the prompts are
+        kept in the result); without it the front end takes no input, as nbclient.
         """
-        if cell_id is None:
+        answers = list(inputs) if inputs is not None else None
+        if cell_id is None and answers is None:
             msg_id = self.kc.execute(code)
         else:
             content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}}
-            content.update(allow_stdin=False, stop_on_error=True)
-            msg = self.kc.session.msg("execute_request", content, metadata={"cellId": cell_id})
+            content.update(allow_stdin=answers is not None, stop_on_error=True)
+            msg = self.kc.session.msg("execute_request", content, metadata={"cellId": cell_id} if cell_id else {})
             self.kc.shell_channel.send(msg)
             msg_id = msg["header"]["msg_id"]
         res = CellResult(status="?", started=time.monotonic())
@@ -71,8 +82,16 @@ class Kernel:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"cell did not finish within {timeout} s: {code[:80]!r}")
+            if answers is not None:
+                try:
+                    request = self.kc.get_stdin_msg(timeout=0)
+                except queue.Empty:
+                    request = None
+                if request is not None and request["msg_type"] == "input_request":
+                    res.prompts.append(request["content"]["prompt"])
+                    self.kc.input(answers.pop(0) if answers else "")
             try:
-                msg = self.kc.get_iopub_msg(timeout=min(remaining, 1.0))
+                msg = self.kc.get_iopub_msg(timeout=min(remaining, 0.05 if answers is not None else 1.0))
             except queue.Empty:
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:

@@ -100,7 +100,30 @@ class Prune:
     gens: list[GenId]
 
 
-Request = RunCell | Join | Rest | Ping | Keep | Commit | Prune
+@dataclass(frozen=True)
+class Where:
+    """Say where this rank is now (answered by a thread of its own, also while a cell runs: engine/where.py)."""
+
+    n: int
+    full: bool = False  # library frames too
+
+
+@dataclass(frozen=True)
+class Debug:
+    """Open pdb in the frame where this rank's last failed cell raised (%hvd_debug): engine/debugger.py."""
+
+    n: int
+
+
+@dataclass(frozen=True)
+class InputReply:
+    """What the user typed at a rank's pdb prompt (answered on the rank's reading thread, while pdb runs)."""
+
+    n: int
+    text: str
+
+
+Request = RunCell | Join | Rest | Ping | Keep | Commit | Prune | Where | Debug | InputReply
 
 # ---- messages: a rank -> the kernel (events) ---------------------------------------------------------------
 
@@ -248,7 +271,64 @@ class Committed:
     copy_seconds: float = 0.0  # what the training thread waited: the copy of what the names hold
 
 
-Event = Hello | Output | Metrics | Display | CellEnded | Waiting | Problem | Joined | Rested | Pong | Committed
+class Frame(TypedDict):
+    """One frame of a rank's stack, innermost last (engine/where.py)."""
+
+    file: str
+    line: int
+    function: str
+    code: str
+    library: bool  # not the user's: the standard library, site-packages, jupyter-hvd's own
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a rank is (the answer to Where `n`): its main thread's stack, the collective it waits in, whether a cell
+    runs, and who holds it in the debugger."""
+
+    rank: int
+    n: int
+    cell: int | None
+    frames: list[Frame]
+    waiting: str = ""  # the collective the main thread waits in ("allreduce 'grad.0'", "dist.all_reduce")
+    debugger: bool = False
+
+
+@dataclass(frozen=True)
+class InputRequest:
+    """pdb on this rank waits for a command (`n`: the debug session, or 0 for a breakpoint() in cell `cell`)."""
+
+    rank: int
+    n: int
+    cell: int | None
+    prompt: str
+
+
+@dataclass(frozen=True)
+class Debugged:
+    """The debug session `n` on this rank ended (pdb quit); `error`: why there was none."""
+
+    rank: int
+    n: int
+    error: str = ""
+
+
+Event = (
+    Hello
+    | Output
+    | Metrics
+    | Display
+    | CellEnded
+    | Waiting
+    | Problem
+    | Joined
+    | Rested
+    | Pong
+    | Committed
+    | Place
+    | InputRequest
+    | Debugged
+)
 
 # ---- signing -----------------------------------------------------------------------------------------------
 

@@ -29,7 +29,10 @@ from ..wire import (
     CellEnded,
     CellRecord,
     Commit,
+    Debug,
+    Debugged,
     Display,
+    InputReply,
     Join,
     Joined,
     Keep,
@@ -43,8 +46,9 @@ from ..wire import (
     Rested,
     RunCell,
     Waiting,
+    Where,
 )
-from . import collectives, idle, keep, outbox, runner
+from . import collectives, debugger, idle, keep, outbox, runner, where
 
 # Output after a quiet spell leaves at once (leading edge); under load one message per stream per FLUSH_S at most.
 FLUSH_S = 0.02
@@ -97,20 +101,37 @@ class Channel:
         self.send(hello)
 
     def listen(self) -> None:
-        """Handle requests on this thread's event loop (ipykernel's main loop: call from the main thread)."""
-        from zmq.eventloop.zmqstream import ZMQStream
+        """Handle requests on this thread's event loop (ipykernel's main loop: call from the main thread).
 
-        self._stream = ZMQStream(self._requests)
-        self._stream.on_recv(self._on_request)
+        A thread of its own reads them: "where" and the notebook's answers to pdb are handled there at once, also
+        while a cell (or pdb) holds the main thread; everything else goes to the main thread's loop, in order.
+        """
+        from tornado.ioloop import IOLoop
+
+        self._loop = IOLoop.current()
+        threading.Thread(target=self._read_requests, name="jupyter-hvd requests", daemon=True).start()
 
     # ---- requests ------------------------------------------------------------------------------------------
 
-    def _on_request(self, frames: list[bytes]) -> None:
-        signed = wire.unpack(self.key, frames)
-        if signed is None or signed.sender != wire.KERNEL or signed.seq <= self._kernel_seq:
-            return  # not from this pool's kernel (unsigned, of another version) or a replay: dropped
-        self._kernel_seq = signed.seq
-        message = signed.message
+    def _read_requests(self) -> None:
+        while True:
+            try:
+                frames = self._requests.recv_multipart()
+            except zmq.ZMQError:  # the engine is shutting down
+                return
+            signed = wire.unpack(self.key, frames)
+            if signed is None or signed.sender != wire.KERNEL or signed.seq <= self._kernel_seq:
+                continue  # not from this pool's kernel (unsigned, of another version) or a replay: dropped
+            self._kernel_seq = signed.seq
+            message = signed.message
+            if isinstance(message, Where):
+                self.send(where.place(self.rank, message.n, self.cell, debugger.active()))
+            elif isinstance(message, InputReply):
+                debugger.reply(message)
+            else:
+                self._loop.add_callback(self._on_request, message)
+
+    def _on_request(self, message: wire.Request) -> None:
         if isinstance(message, RunCell):
             self._run_cell(message)
         elif isinstance(message, Join):
@@ -132,6 +153,13 @@ class Channel:
                 self.problem(f"the snapshot of the kept names failed: {failed['error']['evalue']}")
         elif isinstance(message, Prune):
             keep.prune(message.gens)
+        elif isinstance(message, Debug):
+            self.cell = message.n
+            try:
+                error = _interruptible(debugger.post_mortem, message.n)
+            finally:
+                self.cell = None
+            self.send(Debugged(self.rank, message.n, error if isinstance(error, str) else str(error.get("error"))))
 
     def _run_cell(self, request: RunCell) -> None:
         self.cell = request.cell

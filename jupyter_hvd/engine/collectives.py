@@ -28,7 +28,8 @@ WAIT_REPORT_S = 0.5  # a wait this long is reported to the kernel (shorter ones 
 
 _lock = threading.Lock()
 _started = 0  # ops started since the running cell began (any thread)
-_names: dict[int, str] = {}  # handle -> tensor name, until the handle is waited for
+_names: dict[int, tuple[str, str]] = {}  # handle -> (kind, tensor name), until the handle is waited for
+_kinds: dict[int, str] = {}  # thread id -> the kind of collective it waits in (allreduce, broadcast...)
 _waiting: dict[int, tuple[str, float, int]] = {}  # thread id -> (tensor name, monotonic since, ops started before)
 _users: dict[int, threading.Thread] = {}  # threads other than the main one that started a Horovod op
 _installed = False
@@ -60,7 +61,7 @@ def _counted(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
         with _lock:
             _started += 1
             # Horovod's own name for an unnamed op (what its stall report shows).
-            _names[handle] = name if name is not None else f"{kind}.noname.{handle}"
+            _names[handle] = (kind, name if name is not None else f"{kind}.noname.{handle}")
             if thread is not threading.main_thread():
                 _users[thread.ident or 0] = thread
         return handle
@@ -73,8 +74,9 @@ def _timed(real: Callable[..., Any]) -> Callable[..., Any]:
     def synchronize(handle: Any) -> Any:
         ident = threading.get_ident()
         with _lock:
-            name = _names.pop(handle, "join or barrier")
+            kind, name = _names.pop(handle, ("", "join or barrier"))
             _waiting[ident] = (name, time.monotonic(), _started)
+            _kinds[ident] = kind
         try:
             return real(handle)
         finally:
@@ -99,6 +101,7 @@ def waiting(name: str) -> Iterator[None]:
     ident = threading.get_ident()
     with _lock:
         _waiting[ident] = (name, time.monotonic(), _started - 1)
+        _kinds[ident] = ""
     try:
         yield
     finally:
@@ -152,19 +155,26 @@ def started() -> int:
     return _started
 
 
-def main_thread_wait() -> dict[str, Any] | None:
-    """The collective the main thread (the cell) has waited in for at least WAIT_REPORT_S, if any."""
+def main_thread_wait(at_least: float = WAIT_REPORT_S) -> dict[str, Any] | None:
+    """The collective the main thread (the cell) has waited in for at least `at_least` seconds, if any."""
+    main = threading.main_thread().ident or 0
     with _lock:
-        entry = _waiting.get(threading.main_thread().ident or 0)
+        entry = _waiting.get(main)
+        kind = _kinds.get(main, "") if entry is not None else ""
         if entry is None and _pending:  # backward waits for DDP's buckets in C++: the oldest pending one
             entry = min(_pending.values(), key=lambda e: e[1])
     if entry is None:
         return None
     name, since, before = entry
     waited = time.monotonic() - since
-    if waited < WAIT_REPORT_S:
+    if waited < at_least:
         return None
-    return {"name": name, "waited": waited, "number": before}
+    return {
+        "name": name,
+        "waited": waited,
+        "number": before,
+        "kind": kind,
+    }
 
 
 def busy() -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import compat
 from ..wire import CellRecord, ErrorInfo
-from . import collectives, idle
+from . import collectives, debugger, idle
 
 TAIL_LINES = 20  # kept per rank for error context and the pool status, even when output is not shown
 VALUE_BYTES = 4 * 2**20  # a cell's last value above this (pickled) is shown by its repr; the channel takes 8 MB
@@ -153,6 +153,8 @@ def run_cell(
     except BaseException as exc:
         record.ok = False
         record.error = describe_exception(exc)
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            debugger.last_failure = exc.__traceback__.tb_next if exc.__traceback__ else None  # %hvd_debug opens it
     finally:
         if os.getpid() != pid:  # a child forked by the cell (os.fork, multiprocessing) never runs engine code
             os._exit(0 if record.ok else 1)

@@ -27,6 +27,7 @@ from IPython.display import display, publish_display_data
 from .. import state, wire
 from ..metrics import parse_line
 from ..widgets import CellView, plain_view
+from . import debugger, where
 from .channel import ChannelError
 from .errors import CellFailed, group_errors
 from .keep import Cell
@@ -71,6 +72,7 @@ class CellOptions:
     record: bool = True  # a user's cell: kept for %hvd_export, and kept names are snapshotted when it succeeds
     display_value: bool = True  # show rank 0's last expression, as a cell does; else run() returns it
     every_value: bool = False  # run() returns every rank's last expression, {rank: value} (display_value False)
+    where_full: bool = False  # where the ranks are (stop button, stall) with library frames too
 
 
 @dataclass
@@ -111,6 +113,8 @@ class CellRun:
         self._started = time.monotonic()
         self._shown_running = False
         self.pace = StragglerDetector()  # which rank computes longest per step (kernel/straggler.py)
+        self._stall_said = False
+        self._in_debugger: set[int] = set()  # ranks whose breakpoint() waits for the user
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
@@ -224,6 +228,8 @@ class CellRun:
                 if interrupts > 1 or (self.reason == "interrupt" and self._overdue()):
                     self._restart("you interrupted twice")
                     return
+                if interrupts == 1 and self.reason is None:
+                    self._say_where("Interrupted")
                 try:
                     self._begin_wind_down("interrupt")
                 except _PoolLost as lost:
@@ -259,7 +265,20 @@ class CellRun:
         run = self.runs.get(ev.rank)
         if getattr(ev, "cell", None) != self.number or run is None:
             return  # a late event of an earlier cell, or of an engine that is no longer in the pool
-        if isinstance(ev, wire.Output):
+        if isinstance(ev, wire.Output) and ev.stream == "pdb":
+            debugger.show(ev)
+        elif isinstance(ev, wire.InputRequest):  # breakpoint() on that rank
+            if ev.rank not in self._in_debugger:
+                self._in_debugger.add(ev.rank)
+                print(
+                    f"jupyter-hvd: rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in the "
+                    "input box (c continues); the other ranks go on until they wait for it.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            self.pool.update_rank_stats({ev.rank: {"state": "debugger"}})
+            debugger.answer(self.pool, ev)
+        elif isinstance(ev, wire.Output):
             self._note_last_line(ev.rank, ev.text)
             if ev.stream == "stderr":
                 # The stall report may arrive split over several chunks: look at the recent stderr as a whole.
@@ -288,6 +307,11 @@ class CellRun:
                     if ev.ok
                     else f"rank {ev.rank} could not leave Horovod's collectives ({(ev.error or {}).get('ename')})"
                 )
+
+    def _say_where(self, why: str) -> None:
+        """Where every rank is now, under the cell (kernel/where.py); events that arrive meanwhile are handled."""
+        text = where.ask(self.pool, self.options.where_full, other=self._handle)
+        print(f"jupyter-hvd: {why}. Where the ranks were:\n{text}", file=sys.stderr, flush=True)
 
     def _note_last_line(self, rank: int, text: str) -> None:
         lines = [ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
@@ -318,6 +342,9 @@ class CellRun:
             if run.state == "running" and waits_on:
                 stalled[rank] = {"state": "stalled", "stalled_on": ", ".join(t for t in waits_on if t)[:200]}
         self.pool.update_rank_stats(stalled)
+        if stalled and not self._stall_said:
+            self._stall_said = True
+            self._say_where("Horovod reports a stall")
 
     def _note_progress(self, rank: int, records: Any) -> None:
         """The latest step and loss of `report()` records, for the sidebar."""
@@ -550,6 +577,9 @@ class CellRun:
             if value is not None:
                 display(_unpickled(value))
             return None
+        self.pool.last_failed = sorted(
+            e["rank"] for e in errors if e["ename"] not in ("SystemExit", "KeyboardInterrupt")
+        )
         parts = []
         exits = [e for e in errors if e["ename"] == "SystemExit"]
         errors = [e for e in errors if e["ename"] != "SystemExit"]

@@ -15,11 +15,13 @@ from traitlets import TraitError
 
 from .. import wire
 from ..widgets import view_for_cell
+from . import debugger as hvd_debugger
 from . import export, restart, slurm
 from . import pool as pools
 from . import profile as hvd_profile
 from . import timeline as hvd_timeline
 from . import transfer as hvd_transfer
+from . import where as hvd_where
 from .cell import CellOptions, next_number, run_cell
 from .errors import PoolError
 from .options import options_from, setting, start_arguments
@@ -161,6 +163,11 @@ class HvdMagics(Magics):
         help="record this cell with torch.profiler on every rank and show where the time went (traces: FOLDER, else "
         "hvd_profiles/)",
     )
+    @argument(
+        "--where-full",
+        action="store_true",
+        help="where the ranks are (at the stop button, or a stall) with library frames too",
+    )
     def hvd(self, line: str, cell: str) -> Any:
         """Run this cell on every rank (SPMD); rank 0's output streams in live.
 
@@ -193,6 +200,7 @@ class HvdMagics(Magics):
             count=self.shell.execution_count,
             cell_id=_cell_id(self.shell),
             setup=args.setup,
+            where_full=args.where_full,
         )
         if args.timeline is not None:
             if not pool.horovod:
@@ -357,6 +365,38 @@ class HvdMagics(Magics):
             print(f"jupyter-hvd: {news}", file=sys.stderr, flush=True)
         keeper.snapshots.news.clear()
         print(keeper.listing())
+
+    @line_magic
+    @magic_arguments()
+    @argument("--full", action="store_true", help="library frames too")
+    def hvd_where(self, line: str = "") -> None:
+        """Where every rank is now: the cell line and function, the collective it waits in, identical places
+        grouped; a rank that cannot answer (frozen, or busy in native code) is named, with the stack read from
+        outside."""
+        args = _parse(self.hvd_where, line)
+        if args is None:
+            return
+        pool = require_pool()
+        with pool.lock:
+            print(hvd_where.ask(pool, args.full))
+
+    @line_magic
+    @magic_arguments()
+    @argument("--rank", type=int, default=None, help="the rank to debug (default: the first that raised)")
+    def hvd_debug(self, line: str = "") -> None:
+        """Open pdb on a rank, in the frame where its last failed %%hvd cell raised; type pdb's commands in the input
+        box, q leaves (as IPython's %debug)."""
+        args = _parse(self.hvd_debug, line)
+        if args is None:
+            return
+        pool = require_pool()
+        rank = args.rank if args.rank is not None else (pool.last_failed[0] if pool.last_failed else None)
+        if rank is None:
+            raise UsageError("No %%hvd cell has failed on this pool: %hvd_debug --rank R opens pdb there anyway.")
+        if not 0 <= rank < len(pool.ranks):
+            raise UsageError(f"--rank {rank}: the pool has ranks 0-{len(pool.ranks) - 1}")
+        with pool.lock:
+            hvd_debugger.post_mortem(pool, rank, next_number())
 
     @line_magic
     @magic_arguments()

@@ -87,6 +87,7 @@ class Pool:
         self.torch_distributed = options.torch_distributed  # the engines have a torch.distributed process group
         self._torch_store: Any = None  # the TCPStore the kernel serves for a process group across hosts
         self.coming_back = ""  # what the restart brings back at the moment ("replaying setup entry 2 of 3")
+        self.last_failed: list[int] = []  # the ranks that raised in the last failed cell (%hvd_debug's default)
         self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
     # ---- what the pool file shows (kernel/pool_file.py reads these) ----------------------------------------

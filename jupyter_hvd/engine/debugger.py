@@ -1,0 +1,117 @@
+"""pdb on a rank, driven from the notebook, the IPython way: `%hvd_debug` opens it in the frame where the rank's last
+failed cell raised (a post-mortem), `breakpoint()` in a cell opens it where it is called.
+
+pdb's output goes to the kernel with the cell's output; its prompt goes as an InputRequest, and the command the user
+types in the notebook's input box comes back as an InputReply. pdb holds the rank's main thread meanwhile, so the
+reply is taken by the channel's reading thread (engine/channel.py) and handed over here.
+
+Imported on the engines only.
+"""
+
+from __future__ import annotations
+
+import io
+import pdb
+import queue
+import sys
+import threading
+from types import TracebackType
+from typing import Any
+
+from .. import wire
+from . import outbox
+
+_replies: queue.Queue[tuple[int, str]] = queue.Queue()
+_active = threading.Event()  # pdb holds this rank's main thread
+last_failure: TracebackType | None = None  # where this rank's last failed cell raised (runner.py keeps it)
+
+
+def active() -> bool:
+    """Whether this rank is in the debugger now."""
+    return _active.is_set()
+
+
+def reply(message: wire.InputReply) -> None:
+    """A command typed in the notebook for this rank's pdb (from the channel's reading thread)."""
+    _replies.put((message.n, message.text))
+
+
+class _Prompt(io.TextIOBase):
+    """pdb's stdin: each line is asked of the notebook."""
+
+    def __init__(self, n: int, cell: int | None) -> None:
+        self._n = n
+        self._cell = cell
+        self.prompt = "(Pdb) "
+
+    def readable(self) -> bool:
+        return True
+
+    def readline(self, size: int = -1) -> str:
+        while not _replies.empty():  # an answer to an earlier session's prompt
+            _replies.get_nowait()
+        outbox.send(wire.InputRequest(outbox.rank(), self._n, self._cell, self.prompt))
+        while True:
+            n, text = _replies.get()
+            if n == self._n:
+                return text + "\n"
+
+
+class _Output(io.TextIOBase):
+    """pdb's stdout: to the notebook as its own stream, shown whichever ranks the cell shows (the prompt goes with
+    the input request instead)."""
+
+    def __init__(self, prompt: _Prompt, cell: int | None) -> None:
+        self._prompt = prompt
+        self._cell = cell
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if text and text != self._prompt.prompt:
+            outbox.send(wire.Output(outbox.rank(), self._cell, "pdb", text))
+        return len(text)
+
+
+class _RemotePdb(pdb.Pdb):
+    def __init__(self, n: int, cell: int | None) -> None:
+        prompt = _Prompt(n, cell)
+        super().__init__(stdin=prompt, stdout=_Output(prompt, cell), nosigint=True)
+        self.use_rawinput = False
+        self.prompt = prompt.prompt
+
+
+def post_mortem(n: int) -> str:
+    """Debug session `n`: pdb in the frame where the last failed cell raised, until the user quits; '' or why there
+    is nothing to debug."""
+    if last_failure is None:
+        return f"no cell has failed on rank {outbox.rank()} since its engine started"
+    _active.set()
+    try:
+        debugger = _RemotePdb(n, n)
+        debugger.reset()
+        debugger.interaction(None, last_failure)
+    finally:
+        _active.clear()
+    return ""
+
+
+def breakpointhook(*args: Any, **kwargs: Any) -> None:
+    """`breakpoint()` in a cell: pdb on this rank where it is called; the other ranks go on until they need it."""
+    _active.set()
+    debugger = _RemotePdb(0, outbox.running_cell())
+    frame = sys._getframe(1)
+    original = debugger.set_continue
+
+    def done() -> None:
+        _active.clear()
+        original()
+
+    debugger.set_continue = done  # type: ignore[method-assign]
+    debugger.set_trace(frame)
+
+
+def install() -> None:
+    """`breakpoint()` opens the remote pdb (once, at the bootstrap)."""
+    sys.breakpointhook = breakpointhook
