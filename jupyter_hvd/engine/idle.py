@@ -39,20 +39,56 @@ def rest() -> dict[str, Any]:
     """Stop Horovod's background thread until the next cell (called on every rank at once by the kernel)."""
     global _resting
     import horovod.torch as hvd
-    from mpi4py import MPI
 
     from . import collectives
 
     t0 = time.perf_counter()
-    if _resting or not can_rest():
-        return {"resting": _resting, "seconds": 0.0}
-    # A user's thread may still train, or ops may be in flight: then no rank rests. Every rank must decide alike
-    # (the first shutdown stops all ranks' Horovod), so they agree on MPI's own communicator, not Horovod's.
-    busy = collectives.busy()
-    if MPI.COMM_WORLD.allreduce(bool(busy), op=MPI.LOR):
-        return {"resting": False, "busy": busy or "another rank is busy", "seconds": time.perf_counter() - t0}
+    # A user's thread may still train, ops may be in flight, a cell may have started Horovod with what a rest would
+    # drop: then no rank rests. Every rank must decide alike (the first shutdown stops all ranks' Horovod), so every
+    # rank takes part in the decision, whatever its own answer, on a communicator of its own (not Horovod's), and
+    # waits a bounded, interruptible time for the others.
+    busy = "" if can_rest() else "its Horovod was started with settings a rest would drop"
+    busy = busy or collectives.busy() or ("it rests already" if _resting else "")
+    stay = _agree(bool(busy))
+    if stay is None:
+        return {"resting": _resting, "busy": "the ranks did not agree in time: the pool stays awake", "seconds": 0.0}
+    if stay:
+        return {"resting": _resting, "busy": busy or "another rank is busy", "seconds": time.perf_counter() - t0}
     _stop(hvd)
     return {"resting": True, "seconds": time.perf_counter() - t0}
+
+
+AGREE_S = 5.0
+_rest_comm: Any = None
+_agreement_lost = False  # a decision did not complete: its communicator cannot be used again, so no more rests
+
+
+def prepare() -> None:
+    """The communicator the ranks decide a rest on (collective: called by the bootstrap, on every rank)."""
+    global _rest_comm
+    from mpi4py import MPI
+
+    if _rest_comm is None:
+        _rest_comm = MPI.COMM_WORLD.Dup()
+
+
+def _agree(stay: bool) -> bool | None:
+    """Whether any rank must stay awake (True), none must (False), or the ranks did not all take part within AGREE_S
+    (None, and from then on always None)."""
+    global _agreement_lost
+    from mpi4py import MPI
+
+    if _agreement_lost or _rest_comm is None:
+        return None
+    mine, anyone = bytearray([int(stay)]), bytearray(1)
+    request = _rest_comm.Iallreduce(mine, anyone, op=MPI.BOR)
+    deadline = time.monotonic() + AGREE_S
+    while not request.Test():
+        if time.monotonic() > deadline:
+            _agreement_lost = True
+            return None
+        time.sleep(0.001)
+    return bool(anyone[0])
 
 
 def _stop(hvd: Any) -> None:
