@@ -182,8 +182,12 @@ async def test_stale_pool_is_shown_then_cleaned_up(jp_fetch, state_dir, registry
         await jp_fetch("jupyter-hvd", "pools", "hvd-2-2", "restart", method="POST", body="")
     assert e.value.code == 400
     assert orphan.is_running() and path.exists()
-    # After the grace period the next listing cleans it up: its processes are killed, its file removed.
+    # Reading never kills: past the grace period a listing still shows it, its processes alive.
     registry.stale_grace_s = 0
+    body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
+    assert [p["id"] for p in body["pools"]] == ["hvd-2-2"] and orphan.is_running()
+    # The server's periodic clean-up then does: its processes are killed, its file removed.
+    registry.clean_up([kernel_id])
     body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
     assert body["pools"] == []
     assert not path.exists()
@@ -285,6 +289,7 @@ async def test_pool_of_a_killed_kernel_is_stale_then_cleaned_up(jp_fetch, jp_ser
         assert pool["state"] == "stale" and [r["state"] for r in pool["ranks"]] == ["dead", "dead"]
         assert wait_until_gone(f"hvd-{kpid}-", timeout=0.5), "the engines outlive their kernel until cleaned up"
         registry.stale_grace_s = 0
+        await asyncio.to_thread(registry.clean_up, [kernel_id])  # what the server runs every 10 s
         body = json.loads((await jp_fetch("jupyter-hvd", "pools")).body)
         assert body["pools"] == []
         assert await asyncio.to_thread(wait_until_gone, f"hvd-{kpid}-") == []
@@ -314,6 +319,7 @@ async def test_pools_of_other_servers_kernels_are_not_seen_nor_touched(jp_fetch,
     data["kernel_pid"] = 2**22 + 1  # their kernel died: still theirs to clean up
     state.write_json(theirs, data)
     registry.stale_grace_s = 0
+    registry.clean_up([kernel_id])
     await jp_fetch("jupyter-hvd", "pools")
     assert theirs.exists() and ours.exists()
 

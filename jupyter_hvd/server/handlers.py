@@ -47,7 +47,7 @@ class PoolsHandler(_PoolHandler):
     @tornado.web.authenticated
     @authorized
     async def get(self) -> None:
-        # Listing may clean up a dead kernel's pool (killing processes, waiting for them): off the event loop.
+        # Reading pool files (a dead kernel's pool is only marked stale here): off the event loop.
         pools = await asyncio.to_thread(self.registry.pools, self.kernel_ids(), await self.notebooks())
         self.finish(json.dumps({"pools": pools, "now": time.time()}))
 

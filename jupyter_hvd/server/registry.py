@@ -53,9 +53,8 @@ class PoolRegistry:
             return []
 
     def pools(self, kernel_ids: Iterable[str], notebooks: dict[str, str] | None = None) -> list[dict[str, Any]]:
-        """This server's pools, newest first, with ages computed now; stale pools past their grace are cleaned up
-        first."""
-        self.clean_up(kernel_ids)
+        """This server's pools, newest first, with ages computed now. Reading changes nothing: stale pools are cleaned
+        up by the server's periodic `clean_up` alone."""
         now = time.time()
         return sorted(
             (describe(p, now, notebooks or {}, self._stale_since) for p in self._list(kernel_ids)),
