@@ -8,6 +8,8 @@ import time
 
 from conftest import Kernel, wait_until_gone
 
+from jupyter_hvd import state
+
 
 def test_ranks_that_disagree_about_resting_never_block_each_other():
     k = Kernel()
@@ -22,6 +24,44 @@ def test_ranks_that_disagree_about_resting_never_block_each_other():
         r = k.run("%%hvd\nprint('sum', hvd.allreduce(torch.ones(1), op=hvd.Sum, name='after').item())", timeout=60)
         assert r.status == "ok" and "sum 2.0" in r.stdout, r.stdout + r.error_text
         assert time.monotonic() - t0 < 10
+    finally:
+        k.shutdown()
+    assert wait_until_gone(f"hvd-{k.pid}-") == []
+
+
+def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_replay_says_so(tmp_path):
+    slow = tmp_path / "slow"
+    k = Kernel()
+    try:
+        r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
+        assert r.status == "ok", r.error_text
+        setup = f"%%hvd --setup\nimport os, time\nx = 1\nwhile os.path.exists({str(slow)!r}):\n    time.sleep(0.1)"
+        assert k.run(setup).status == "ok"
+        pool_id = k.run("from jupyter_hvd.kernel import pool\nprint(pool.current().id)").stdout.strip()
+        # Restart from the sidebar: the action file the Jupyter server writes, between cells.
+        state.request_action(pool_id, "restart")
+        deadline = time.monotonic() + 30
+        said = ""
+        while time.monotonic() < deadline and "restarted from the sidebar" not in said:
+            time.sleep(1)
+            said = k.run("%%hvd\nprint('x', x)").stderr
+        assert "the pool was restarted from the sidebar at" in said and "replayed 1 setup cell" in said, said
+        # Stop from the sidebar while the replay of a restart runs: said, no AssertionError.
+        slow.touch()
+        state.request_action(pool_id, "restart")
+        time.sleep(5)  # the restart's replay now waits on the file
+        state.request_action(pool_id, "stop")
+        time.sleep(3)
+        slow.unlink()
+        deadline = time.monotonic() + 30
+        r = k.run("%hvd_status")
+        while time.monotonic() < deadline and "No jupyter-hvd pool is running" not in r.stdout:
+            time.sleep(1)
+            r = k.run("%hvd_status")
+        assert "stopped from the sidebar" in r.stdout, r.stdout
+        r = k.run("%%hvd\nx")
+        assert "AssertionError" not in r.error_text + r.stderr, r.error_text
+        assert "stopped from the sidebar" in r.stderr + r.error_text, r.stderr + r.error_text
     finally:
         k.shutdown()
     assert wait_until_gone(f"hvd-{k.pid}-") == []

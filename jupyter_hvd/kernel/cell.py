@@ -73,6 +73,7 @@ class CellOptions:
     display_value: bool = True  # show rank 0's last expression, as a cell does; else run() returns it
     every_value: bool = False  # run() returns every rank's last expression, {rank: value} (display_value False)
     where_full: bool = False  # where the ranks are (stop button, stall) with library frames too
+    time_limit: float | None = None  # seconds the cell may run before it is ended as if interrupted (replays)
 
 
 @dataclass
@@ -114,6 +115,7 @@ class CellRun:
         self._shown_running = False
         self.pace = StragglerDetector()  # which rank computes longest per step (kernel/straggler.py)
         self._stall_said = False
+        self.over_time: str | None = None  # why the cell was ended: it ran past options.time_limit
         self._in_debugger: set[int] = set()  # ranks whose breakpoint() waits for the user
 
     # ---- dispatch ------------------------------------------------------------------------------------------
@@ -126,6 +128,8 @@ class CellRun:
         new = list(itertools.takewhile(lambda p: p is not self.pool.newest_problem_shown, channel.problems))
         for rank, text in reversed(new):
             print(f"jupyter-hvd: rank {rank}: {text}", file=sys.stderr, flush=True)
+        while self.pool.announcements:  # what happened between cells (a sidebar action)
+            print(f"jupyter-hvd: {self.pool.announcements.pop(0)}", file=sys.stderr, flush=True)
         self._say_snapshot_news()
         for r in self.pool.ranks:
             self.runs[r.rank] = _RankRun(r.rank)
@@ -150,6 +154,10 @@ class CellRun:
 
     def run(self) -> Any:
         """Run the cell on every rank and wait for all of them, whatever happens."""
+        if self.pool.stopped or self.pool.channel is None:
+            raise CellFailed(
+                "The pool was stopped (from the sidebar, or by a failed restart).", "%hvd_restart starts it again."
+            )
         with self.pool.lock:
             first_line = next((ln for ln in self.source.splitlines() if ln.strip()), "")
             self.pool.set_state("running", first_line[:120], publish=False)
@@ -254,6 +262,10 @@ class CellRun:
             self._check_liveness()
         if self.reason is None:
             self._check_mismatch()
+        limit = self.options.time_limit
+        if self.reason is None and limit is not None and time.monotonic() - self._started > limit:
+            self.over_time = f"It ran longer than {limit:g} s, the limit of such a cell, and was ended."
+            self._begin_wind_down("interrupt")
         if self.reason is not None:
             self._advance_wind_down()
         self.view.tick()
@@ -593,7 +605,9 @@ class CellRun:
         if errors:
             parts.append(group_errors(errors))
         stopped = sorted(r.rank for r in self.runs.values() if r.state == "stopped" or r.signaled_at)
-        if self.reason == "interrupt" and not errors and not exits:
+        if self.over_time:
+            parts.append(self.over_time)
+        elif self.reason == "interrupt" and not errors and not exits:
             parts.append(f"Interrupted: {format_ranks(stopped or list(self.runs))} stopped.")
         elif self.reason == "mismatch":
             pass  # the mismatch message said which ranks waited where
@@ -614,7 +628,8 @@ class CellRun:
             hint = ""
         else:
             hint = "The pool is ready for the next %%hvd cell."
-        raise CellFailed("\n\n".join(parts), hint, interrupted=self.reason == "interrupt" and not errors)
+        interrupted = self.reason == "interrupt" and not errors and not self.over_time
+        raise CellFailed("\n\n".join(parts), hint, interrupted=interrupted)
 
 
 def _advice(runs: list[_RankRun]) -> str:

@@ -87,7 +87,10 @@ def require_pool() -> pools.Pool:
     if pool is not None and pool.stopped:
         raise UsageError("The pool was stopped (its restart failed). Type %hvd_restart to start it again.")
     if pool is None or pool.view is None:
-        raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
+        why = f" ({pools.last_words})" if pools.last_words else ""
+        raise UsageError(f"No jupyter-hvd pool is running{why}. Start one first: %hvd_start -np 2")
+    while pool.announcements and pool.busy_cell is None:  # said here too: a line magic may come first
+        print(f"jupyter-hvd: {pool.announcements.pop(0)}", file=sys.stderr, flush=True)
     return pool
 
 
@@ -278,7 +281,8 @@ class HvdMagics(Magics):
             return
         pool = pools.current()
         if pool is None:
-            print("No jupyter-hvd pool is running. Start one with %hvd_start -np 2")
+            why = f" ({pools.last_words})" if pools.last_words else ""
+            print(f"No jupyter-hvd pool is running{why}. Start one with %hvd_start -np 2")
             return
         if pool.stopped:
             print("The pool is stopped (its restart failed). %hvd_restart starts it again with the same options.")

@@ -88,6 +88,7 @@ class Pool:
         self._torch_store: Any = None  # the TCPStore the kernel serves for a process group across hosts
         self.coming_back = ""  # what the restart brings back at the moment ("replaying setup entry 2 of 3")
         self.last_failed: list[int] = []  # the ranks that raised in the last failed cell (%hvd_debug's default)
+        self.announcements: list[str] = []  # what happened between cells (a sidebar action): said under the next cell
         self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
     # ---- what the pool file shows (kernel/pool_file.py reads these) ----------------------------------------
@@ -310,6 +311,12 @@ class Pool:
             "bring back is not all there. %hvd_restart brings it all back (%hvd_restart --fresh starts empty)."
         )
 
+    def said_goodbye(self, why: str) -> None:
+        """Why this pool ended outside any cell: said when the notebook next asks for a pool."""
+        global last_words
+        if current() is None:
+            last_words = why
+
     def stop(self) -> None:
         """Stop engines and controller, leave no process behind; the kernel has no pool any more."""
         self._end()
@@ -448,6 +455,7 @@ class Pool:
 
 
 _current: Pool | None = None
+last_words = ""  # why the kernel's last pool ended, where it ended outside any cell (the sidebar's Stop)
 
 
 def current() -> Pool | None:
@@ -456,5 +464,7 @@ def current() -> Pool | None:
 
 
 def set_current(pool: Pool | None) -> None:
-    global _current
+    global _current, last_words
     _current = pool
+    if pool is not None:
+        last_words = ""

@@ -79,6 +79,8 @@ def _bring_back_once(pool: Pool) -> str:
     for i, entry in enumerate(keeper.journal, 1):
         pool.coming_back = f"replaying setup entry {i} of {len(keeper.journal)}"
         failed = _replay(pool, entry)
+        if pool.stopped:
+            return f"the pool was stopped during the replay of setup entry {i}: %hvd_restart starts it again"
         if pool.engines_started != started:
             return f"the engines were lost during the replay of setup entry {i} ({failed})"
         if failed:
@@ -93,6 +95,8 @@ def _bring_back_once(pool: Pool) -> str:
         replayed += 1
     if keeper.journal:
         said.insert(0, _replayed(keeper.journal[:replayed], len(keeper.journal)))
+    if pool.stopped:
+        return "the pool was stopped during the replay: %hvd_restart starts it again"
     configure(pool)
     if keeper.names:
         if target is None:
@@ -100,6 +104,8 @@ def _bring_back_once(pool: Pool) -> str:
         else:
             pool.coming_back = f"restoring {', '.join(keeper.names)}"
             result = restore.load(pool, target, str(kept_directory(pool)), keeper.names)
+            if pool.stopped:
+                return "the pool was stopped during the restore: %hvd_restart starts it again"
             if pool.engines_started != started:
                 return f"the engines were lost during the restore ({restore.words(result)})"
             said.append(restore.words(result))

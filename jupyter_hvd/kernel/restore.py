@@ -53,7 +53,14 @@ class Quiet:
 def run_quietly(pool: Pool, source: str, count: int | None = None, every_value: bool = False) -> tuple[Any, str]:
     """Run `source` on every rank without showing it; (rank 0's last value, or every rank's with `every_value`;
     '' or why it failed, in one line)."""
-    options = CellOptions(view=Quiet(), count=count, record=False, display_value=False, every_value=every_value)
+    options = CellOptions(
+        view=Quiet(),
+        count=count,
+        record=False,
+        display_value=False,
+        every_value=every_value,
+        time_limit=pool.options.timeout,  # a replay or a restore nobody watches must end by itself too
+    )
     try:
         return run_cell(pool, source, options), ""
     except CellFailed as exc:

@@ -169,15 +169,27 @@ class PoolWatcher(threading.Thread):
             pool.interrupt([r.rank for r in pool.ranks])
             return
         with pool.lock:
+            at = time.strftime("%H:%M:%S")
             if action == "restart":
+                t0 = time.monotonic()
                 try:
-                    pool.restart(planned=True)
+                    came_back = pool.restart(planned=True)
+                    pool.announcements.append(
+                        f"the pool was restarted from the sidebar at {at}, in {time.monotonic() - t0:.1f} s: "
+                        f"{came_back}."
+                    )
+                except KeyboardInterrupt:  # the stop button, pressed while it ran between cells
+                    pool.announcements.append(
+                        f"the restart from the sidebar at {at} was interrupted. {pool.interrupted_restart()}"
+                    )
                 except Exception as exc:  # on the main loop nobody would see it: log it, keep it for %hvd_status
                     log.exception("jupyter-hvd: the restart asked for from the sidebar failed")
                     pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")
+                    pool.announcements.append(f"the restart from the sidebar at {at} failed: {exc}")
             elif action == "stop":
                 self.stop()
                 pool.stop()
+                pool.said_goodbye(f"the pool was stopped from the sidebar at {at}")
 
     def sample(self) -> dict[int, dict[str, Any]]:
         """CPU %, RSS and GPU memory of every local rank's process, keyed by rank."""
