@@ -65,3 +65,23 @@ def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_repl
     finally:
         k.shutdown()
     assert wait_until_gone(f"hvd-{k.pid}-") == []
+
+
+def test_what_a_users_thread_prints_between_cells_is_shown_under_the_next_cell():
+    k = Kernel()
+    try:
+        r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
+        assert r.status == "ok", r.error_text
+        cell = (
+            "%%hvd\nimport threading, time\ndef ticks():\n    for i in range(5):\n        time.sleep(0.2)\n"
+            "        print('tick', rank, i, flush=True)\nthreading.Thread(target=ticks).start()"
+        )
+        assert k.run(cell).status == "ok"
+        time.sleep(2)
+        r = k.run("%%hvd\nprint('next')")
+        assert r.status == "ok", r.error_text
+        for rank in (0, 1):
+            assert f"rank {rank} printed between cells:" in r.stderr and f"tick {rank} 4" in r.stderr, r.stderr
+    finally:
+        k.shutdown()
+    assert wait_until_gone(f"hvd-{k.pid}-") == []

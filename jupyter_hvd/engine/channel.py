@@ -54,6 +54,7 @@ from . import collectives, debugger, idle, keep, outbox, runner, where
 FLUSH_S = 0.02
 OUTPUT_CHUNK = 2**20  # characters of output per message (at most 4 bytes each: below wire.MAX_MESSAGE_BYTES)
 DISPLAY_BYTES_PER_CELL = 64 * 2**20  # displays of one cell beyond this are replaced by a note
+BETWEEN_CHARS = 20_000  # output between two cells sent to the kernel (a thread printing in a loop is cut there)
 
 
 class Channel:
@@ -162,6 +163,8 @@ class Channel:
             self.send(Debugged(self.rank, message.n, error if isinstance(error, str) else str(error.get("error"))))
 
     def _run_cell(self, request: RunCell) -> None:
+        self.send_output()  # what was printed between cells leaves as such, before the cell's own output
+        self._between_chars = 0
         self.cell = request.cell
         self.count = request.count
         self._display_bytes = 0
@@ -283,6 +286,19 @@ class Channel:
                 self.problem(f"the collectives watch failed: {type(exc).__name__}: {exc}")
                 time.sleep(5)
 
+    _between_chars = 0  # output between cells since the last cell ended (a budget, as a cell's)
+
+    def _between(self, name: str, text: str) -> None:
+        """Output written while no cell runs (a user's thread, Horovod's warnings): sent to the kernel, which shows
+        it under the next cell; beyond BETWEEN_CHARS until then, counted only."""
+        if self._between_chars < BETWEEN_CHARS:
+            self.write(name, text[: BETWEEN_CHARS - self._between_chars])
+        self._between_chars += len(text)
+        if self._between_chars >= BETWEEN_CHARS and self._between_chars - len(text) < BETWEEN_CHARS:
+            self.write(
+                name, f"\n[jupyter-hvd] more output between cells was left out (over {BETWEEN_CHARS} characters)\n"
+            )
+
     def _in_child(self) -> None:
         self._forked = True
 
@@ -298,6 +314,9 @@ class Channel:
                 target = getattr(sys, _name)
                 if self.cell is not None and target is not _stream:
                     return target.write(text)
+                if self.cell is None and not self._forked:  # a thread of the user's between cells: to the kernel
+                    self._between(_name, text)
+                    return len(text)
                 return _original(text)
 
             stream.write = write

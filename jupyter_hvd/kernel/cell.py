@@ -128,6 +128,13 @@ class CellRun:
         new = list(itertools.takewhile(lambda p: p is not self.pool.newest_problem_shown, channel.problems))
         for rank, text in reversed(new):
             print(f"jupyter-hvd: rank {rank}: {text}", file=sys.stderr, flush=True)
+        if channel.between:  # what the ranks printed between cells (a user's thread, Horovod's warnings)
+            by_rank: dict[int, str] = {}
+            for rank, _, text in channel.between:
+                by_rank[rank] = by_rank.get(rank, "") + text
+            channel.between.clear()
+            for rank, text in sorted(by_rank.items()):
+                print(f"jupyter-hvd: rank {rank} printed between cells:\n{text.rstrip()}", file=sys.stderr, flush=True)
         while self.pool.announcements:  # what happened between cells (a sidebar action)
             print(f"jupyter-hvd: {self.pool.announcements.pop(0)}", file=sys.stderr, flush=True)
         self._say_snapshot_news()
