@@ -104,10 +104,23 @@ def _bring_back_once(pool: Pool) -> str:
         else:
             pool.coming_back = f"restoring {', '.join(keeper.names)}"
             result = restore.load(pool, target, str(kept_directory(pool)), keeper.names)
+            while result.get("unreadable") and pool.engines_started == started and not pool.stopped:
+                # Its files are gone (a disk cleaned, a node changed): the newest snapshot before it instead.
+                gone = target
+                keeper.snapshots.drop(gone)
+                target = keeper.snapshots.target()
+                said.append(f"snapshot #{gone.number} could not be read on any rank (its files are gone)")
+                if target is None:
+                    break
+                keeper.snapshots.pin(target)
+                result = restore.load(pool, target, str(kept_directory(pool)), keeper.names)
             if pool.stopped:
                 return "the pool was stopped during the restore: %hvd_restart starts it again"
             if pool.engines_started != started:
                 return f"the engines were lost during the restore ({restore.words(result)})"
+            if target is None:
+                said.append("no other snapshot is left, so nothing was restored")
+                return "; ".join(said)
             said.append(restore.words(result))
             whole = not result["error"] and not result["failed"]
             if whole and not replay_failed:
