@@ -57,6 +57,8 @@ TORCH_ADVICE = (
 # connection closes): ranks still in one this long after their SIGINT are released by restarting the pool.
 TORCH_RELEASE_S = 2.0
 _cell_numbers = itertools.count(1)
+# Where a rank is that is done with the running cell, in words (CellRun's _RankRun.state).
+_ENDED = {"ok": "finished the cell", "error": "the cell raised an error there", "stopped": "stopped", "dead": "dead"}
 
 
 @dataclass
@@ -97,7 +99,7 @@ class CellRun:
         self.source = source
         self.options = options
         self.number = next(_cell_numbers)  # events of this cell carry it; earlier cells' late events are dropped
-        self.filename = f"<hvd-cell-{self.number}>"
+        self.filename = wire.cell_file(self.number)
         self.view: CellView = options.view or plain_view(options.show_ranks)
         self.runs: dict[int, _RankRun] = {}
         self.failed_at: float | None = None
@@ -229,7 +231,7 @@ class CellRun:
                     self._restart("you interrupted twice")
                     return
                 if interrupts == 1 and self.reason is None:
-                    self._say_where("Interrupted")
+                    self._say_where("you interrupted", self.options.where_full)
                 try:
                     self._begin_wind_down("interrupt")
                 except _PoolLost as lost:
@@ -252,6 +254,9 @@ class CellRun:
         if time.monotonic() >= self._next_liveness_check:  # psutil per rank: not on every event
             self._next_liveness_check = time.monotonic() + TICK_S
             self._check_liveness()
+        if self.pool.where_asked is not None and self.reason is None:  # the sidebar's Where: said under the cell
+            full, self.pool.where_asked = self.pool.where_asked, None
+            self._say_where("the sidebar asked", full)
         if self.reason is None:
             self._check_mismatch()
         if self.reason is not None:
@@ -308,10 +313,16 @@ class CellRun:
                     else f"rank {ev.rank} could not leave Horovod's collectives ({(ev.error or {}).get('ename')})"
                 )
 
-    def _say_where(self, why: str) -> None:
-        """Where every rank is now, under the cell (kernel/where.py); events that arrive meanwhile are handled."""
-        text = where.ask(self.pool, self.options.where_full, other=self._handle)
-        print(f"jupyter-hvd: {why}. Where the ranks were:\n{text}", file=sys.stderr, flush=True)
+    def _say_where(self, why: str, full: bool) -> None:
+        """Where every rank is now, under the cell and in the pool file (kernel/where.py); events that arrive
+        meanwhile are handled. Skipped on a second press of the stop button: the wind-down must not wait for it."""
+        ended = {r.rank: _ENDED.get(r.state, r.state) for r in self.runs.values() if r.state != "running"}
+        try:
+            text = where.report(self.pool, why, full, self._handle, (self.number, self.source), ended)
+        except KeyboardInterrupt:
+            print("jupyter-hvd: where the ranks were: not asked (interrupted).", file=sys.stderr, flush=True)
+            return
+        print(f"jupyter-hvd: where the ranks were when {why}:\n{where.indented(text)}", file=sys.stderr, flush=True)
 
     def _note_last_line(self, rank: int, text: str) -> None:
         lines = [ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
@@ -344,7 +355,7 @@ class CellRun:
         self.pool.update_rank_stats(stalled)
         if stalled and not self._stall_said:
             self._stall_said = True
-            self._say_where("Horovod reports a stall")
+            self._say_where("Horovod reported a stall", self.options.where_full)
 
     def _note_progress(self, rank: int, records: Any) -> None:
         """The latest step and loss of `report()` records, for the sidebar."""

@@ -73,6 +73,7 @@ class Pool:
         self.cells_run = 0
         self.lock = threading.RLock()  # held while a cell runs or the pool restarts/stops
         self.pending_action: str | None = None  # a sidebar restart/stop that waits for the running cell to end
+        self.where_asked: bool | None = None  # the sidebar's Where (True: with library frames), until answered
         self._idle_since = time.monotonic()
         self.resting = False  # Horovod is stopped on every rank until the next cell (engine/idle.py)
         self.watcher: PoolWatcher | None = None

@@ -44,6 +44,7 @@ class PoolFile:
         self.kernel_problems: list[str] = []
         self.nonfinite: state.Nonfinite | None = None  # where a metric of the running or last cell became NaN/Inf
         self.straggler: state.Straggler | None = None  # the rank that set the pace of the running or last cell
+        self.where: state.WhereReport | None = None  # where the ranks were when last asked (kernel/where.py)
         self.processes: list[dict[str, Any]] = []
         self.slurm_job = ""  # the engines' SLURM job, for the reaper to cancel if the kernel dies
         self._lock = threading.Lock()
@@ -92,6 +93,7 @@ class PoolFile:
                 problems=self.problems(pool),
                 nonfinite=self.nonfinite,
                 straggler=self.straggler,
+                where=self.where,
                 **self._identity,
             )
             state.write_pool(self.path, record)
