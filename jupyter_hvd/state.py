@@ -56,7 +56,7 @@ class RankRecord:
     tensor_ops: str  # NCCL, MPI or Gloo
     local_rank: int = 0
     cross_rank: int = 0
-    state: str = "idle"  # idle | busy | stalled | dead
+    state: str = "idle"  # idle | busy | stalled | debugger (a breakpoint() holds it in pdb) | dead
     step: float | None = None
     loss: float | None = None
     last_line: str | None = None

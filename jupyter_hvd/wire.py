@@ -316,6 +316,16 @@ class Debugged:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class Debugging:
+    """A `breakpoint()` in cell `cell` holds this rank in pdb (`active`), or let it go (continue, quit, or the cell's
+    end): while one does, the kernel does not end the cell for collectives that wait for that rank."""
+
+    rank: int
+    cell: int | None
+    active: bool
+
+
 Event = (
     Hello
     | Output
@@ -331,6 +341,7 @@ Event = (
     | Place
     | InputRequest
     | Debugged
+    | Debugging
 )
 
 # ---- signing -----------------------------------------------------------------------------------------------

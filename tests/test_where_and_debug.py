@@ -197,12 +197,36 @@ def test_hvd_debug_opens_pdb_in_the_failing_frame_of_the_rank_that_raised(kernel
     assert k.run(failing).status == "error"
     r = k.run("%hvd_debug", inputs=["p local_value", "p x + 1", "q"], timeout=60)
     assert r.status == "ok", r.error_text
-    assert r.prompts == ["(Pdb) "] * 3, r.prompts
+    assert r.prompts == ["(Pdb rank 1) "] * 3, r.prompts
     assert "pdb on rank 1" in r.stdout and "raise ValueError('boom')" in r.stdout, r.stdout
     assert "\n42\n7\n" in r.stdout, r.stdout
     healthy(k)
     r = k.run("%hvd_debug --rank 0")
     assert r.status == "error" and "Nothing to debug on rank 0" in r.stderr + r.error_text, r.stderr
+
+
+def test_the_stop_button_leaves_hvd_debug(kernel):
+    k = kernel
+    assert k.run("%%hvd\nx = 3\nraise ValueError('boom')").status == "error"
+
+    def stop_instead(_prompt: str) -> None:
+        k.km.interrupt_kernel()
+
+    r = k.run("%hvd_debug --rank 1", inputs=stop_instead, timeout=60)
+    assert r.prompts == ["(Pdb rank 1) "], r.prompts
+    assert r.status == "error" and "KeyboardInterrupt" in r.error_text, r.error_text
+    healthy(k)
+
+    # The stop button while the rank runs a long pdb command: the rank is interrupted, and pdb quits.
+    def sleep_then_stop(_prompt: str) -> str:
+        threading.Timer(2.0, k.km.interrupt_kernel).start()
+        return "__import__('time').sleep(60)"
+
+    started = time.monotonic()
+    r = k.run("%hvd_debug --rank 1", inputs=sleep_then_stop, timeout=60)
+    assert r.status == "error" and "KeyboardInterrupt" in r.error_text, r.error_text
+    assert time.monotonic() - started < 20, "the rank's command was not interrupted"
+    healthy(k)
 
 
 def test_breakpoint_in_a_cell_stops_that_rank_in_pdb_and_the_others_wait_for_it(kernel):
@@ -213,7 +237,51 @@ def test_breakpoint_in_a_cell_stops_that_rank_in_pdb_and_the_others_wait_for_it(
     )
     r = k.run(cell, inputs=["p y", "n", "p y", "c"], timeout=60)
     assert r.status == "ok", r.error_text
+    assert r.prompts == ["(Pdb rank 1) "] * 4, r.prompts
     assert "rank 1 is in the debugger (pdb)" in r.stderr, r.stderr
     assert "\n5\n" in r.stdout and "\n99\n" in r.stdout, r.stdout
     assert "rank 0 y 5 2.0" in r.stdout, r.stdout
+    healthy(k)
+
+
+def test_a_rank_in_pdb_is_not_taken_for_uneven_collectives(kernel):
+    k = kernel
+    # Rank 0 finishes its part while rank 1, in pdb, steps over an allreduce of its own: without the debugger that
+    # is a mismatch (ended within seconds); here it waits for the user, who then quits.
+    cell = "%%hvd\nif rank == 1:\n    breakpoint()\n    hvd.allreduce(torch.ones(1), name='only_rank_1')\n"
+    started = time.monotonic()
+    answers = iter(["n"])
+
+    def step_then_wait(_prompt: str) -> str:
+        answer = next(answers, None)
+        if answer is None:  # the second prompt (after the allreduce, or never): wait past the mismatch check first
+            time.sleep(max(0.0, started + 9 - time.monotonic()))
+            return "q"
+        return answer
+
+    def stop_later(_result) -> None:
+        threading.Timer(14, k.km.interrupt_kernel).start()
+
+    r = k.run(cell, inputs=step_then_wait, timeout=60, on_start=stop_later)
+    assert time.monotonic() - started > 8, "the cell ended while rank 1 was in the debugger"
+    assert "Collectives did not match" not in r.error_text + r.stderr, r.error_text + r.stderr
+    healthy(k)
+
+
+def test_q_or_the_stop_button_at_a_breakpoints_prompt_ends_the_cell_on_every_rank(kernel):
+    k = kernel
+    cell = "%%hvd\nif rank == 1:\n    breakpoint()\nhvd.allreduce(torch.ones(1), name='after_bp')\nprint('went on')"
+    r = k.run(cell, inputs=["q"], timeout=60)
+    assert r.status == "error" and "went on" not in r.stdout, r.stdout
+    assert "Interrupted: ranks 0-1 stopped." in r.error_text, r.error_text  # pdb's quit, not an error of the user's
+    healthy(k)
+
+    def stop_instead(_prompt: str) -> None:
+        k.km.interrupt_kernel()
+
+    r = k.run(cell, inputs=stop_instead, timeout=60)
+    assert r.status == "error", r.stdout
+    assert "went on" not in r.stdout, r.stdout
+    assert "rank 1: in the debugger (pdb) at cell line 4" in r.stderr, r.stderr
+    assert "rank 0: waiting in allreduce 'after_bp' (cell line 4)" in r.stderr, r.stderr
     healthy(k)

@@ -116,7 +116,7 @@ class CellRun:
         self._shown_running = False
         self.pace = StragglerDetector()  # which rank computes longest per step (kernel/straggler.py)
         self._stall_said = False
-        self._in_debugger: set[int] = set()  # ranks whose breakpoint() waits for the user
+        self._in_debugger: set[int] = set()  # ranks a breakpoint() holds in pdb (wire.Debugging)
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
@@ -257,7 +257,7 @@ class CellRun:
         if self.pool.where_asked is not None and self.reason is None:  # the sidebar's Where: said under the cell
             full, self.pool.where_asked = self.pool.where_asked, None
             self._say_where("the sidebar asked", full)
-        if self.reason is None:
+        if self.reason is None and not self._in_debugger:  # a rank in pdb keeps the others waiting, on purpose
             self._check_mismatch()
         if self.reason is not None:
             self._advance_wind_down()
@@ -272,17 +272,13 @@ class CellRun:
             return  # a late event of an earlier cell, or of an engine that is no longer in the pool
         if isinstance(ev, wire.Output) and ev.stream == "pdb":
             debugger.show(ev)
-        elif isinstance(ev, wire.InputRequest):  # breakpoint() on that rank
-            if ev.rank not in self._in_debugger:
-                self._in_debugger.add(ev.rank)
-                print(
-                    f"jupyter-hvd: rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in the "
-                    "input box (c continues); the other ranks go on until they wait for it.",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            self.pool.update_rank_stats({ev.rank: {"state": "debugger"}})
-            debugger.answer(self.pool, ev)
+        elif isinstance(ev, wire.Debugging):  # a breakpoint() holds that rank in pdb, or let it go
+            self._note_debugging(ev)
+        elif isinstance(ev, wire.InputRequest):  # pdb at a breakpoint() on that rank waits for a command
+            if self.reason is not None:
+                debugger.send(self.pool, ev, "q")  # the cell is ending: pdb quits, nobody is asked
+            else:
+                debugger.answer(self.pool, ev)  # the stop button there: KeyboardInterrupt, as anywhere in the wait
         elif isinstance(ev, wire.Output):
             self._note_last_line(ev.rank, ev.text)
             if ev.stream == "stderr":
@@ -312,6 +308,21 @@ class CellRun:
                     if ev.ok
                     else f"rank {ev.rank} could not leave Horovod's collectives ({(ev.error or {}).get('ename')})"
                 )
+
+    def _note_debugging(self, ev: wire.Debugging) -> None:
+        """Who is in the debugger: said under the cell, and the rank's state in the sidebar."""
+        if ev.active and ev.rank not in self._in_debugger:
+            self._in_debugger.add(ev.rank)
+            print(
+                f"jupyter-hvd: rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in the "
+                "input box (c continues, q stops the cell); the other ranks go on until they wait for it.",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif not ev.active:
+            self._in_debugger.discard(ev.rank)
+            self.pool.file.end_of_debugging(ev.rank)
+        self.pool.update_rank_stats({ev.rank: {"state": "debugger"}} if ev.active else {})
 
     def _say_where(self, why: str, full: bool) -> None:
         """Where every rank is now, under the cell and in the pool file (kernel/where.py); events that arrive
@@ -439,13 +450,14 @@ class CellRun:
         err = record.error or wire.ErrorInfo(ename="Error", evalue="")
         # After the wind-down began, an interrupt or a collective broken by a peer's join is a consequence,
         # not a second error.
-        consequence = err["ename"] == "KeyboardInterrupt" or (
+        consequence = err["ename"] in ("KeyboardInterrupt", "BdbQuit") or (
             err["ename"] == "HorovodInternalError" and "Join" in err["evalue"]
         )
         if self.reason is not None and (consequence or run.signaled_at is not None):
             run.state = "stopped"
-        elif self.reason is None and err["ename"] == "KeyboardInterrupt":
-            run.state = "stopped"  # a SIGINT from outside (the sidebar's Interrupt): treat as an interrupt
+        elif self.reason is None and err["ename"] in ("KeyboardInterrupt", "BdbQuit"):
+            # A SIGINT from outside (the sidebar's Interrupt), or pdb's quit at a breakpoint(): an interrupt.
+            run.state = "stopped"
             self._begin_wind_down("interrupt")
         else:
             run.state = "error"
@@ -588,9 +600,8 @@ class CellRun:
             if value is not None:
                 display(_unpickled(value))
             return None
-        self.pool.last_failed = sorted(
-            e["rank"] for e in errors if e["ename"] not in ("SystemExit", "KeyboardInterrupt")
-        )
+        raised = [e["rank"] for e in errors if e["ename"] not in ("SystemExit", "KeyboardInterrupt", "BdbQuit")]
+        self.pool.last_failed = sorted(raised, key=lambda r: self.runs[r].finished_at or 0.0)  # %hvd_debug: the first
         parts = []
         exits = [e for e in errors if e["ename"] == "SystemExit"]
         errors = [e for e in errors if e["ename"] != "SystemExit"]

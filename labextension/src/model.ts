@@ -13,7 +13,7 @@ export type PoolState =
   | 'stopping'
   | 'stale';
 
-export type RankState = 'idle' | 'busy' | 'stalled' | 'dead';
+export type RankState = 'idle' | 'busy' | 'stalled' | 'debugger' | 'dead';
 
 export type Action = 'interrupt' | 'restart' | 'stop';
 
