@@ -9,7 +9,7 @@ Where (the pool file's `where`). Each rank answers from a thread of its own (eng
 a rank that cannot answer (frozen by SIGSTOP, or holding the GIL in native code) is named as such, with the stack
 py-spy reads from outside. py-spy rather than faulthandler: faulthandler needs a signal handled by the rank itself,
 which a frozen rank never runs and which would land in the user's code; py-spy reads a stopped process's Python
-frames without touching it, and a running one's native frames too (ptrace pauses it for milliseconds, no signal).
+frames without touching it, and a running one's native frames too (ptrace pauses it briefly; no signal).
 
 Runs in the user's kernel.
 """
