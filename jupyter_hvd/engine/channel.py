@@ -8,8 +8,8 @@ cell's hot path (the bootstrap, push/pull, timeline files) still goes through ip
 Requests are handled on the engine's main thread, on ipykernel's event loop, one at a time, as ipyparallel's own
 requests are: a join or rest sent after a cell runs after it. A thread of its own reads them and hands them over, and
 answers two at once itself: "where" and the user's answers to pdb, which must not wait for the cell (or pdb) that
-holds the main thread. Output and the cell's end share one socket, so the
-kernel has all of a cell's output when it learns the cell ended.
+holds the main thread. Output and the cell's end share one socket, so the kernel has all of a cell's output when it
+learns the cell ended.
 
 Imported on the engines only.
 """
