@@ -8,7 +8,9 @@ JSON.
 
 Actions from outside the kernel (the sidebar) go the other way: `request_action` writes
 `pool-<id>.action.json`, which the kernel's pool watcher takes (removing the file) and carries out.
-Actions: interrupt, restart, stop. The server never runs code in a kernel; it can only ask for these.
+Actions: interrupt, restart, stop, and where / where-full (where every rank is, without or with library frames: the
+answer goes into the pool file's `where`, and under the running cell). The server never runs code in a kernel; it can
+only ask for these.
 
 Only the user gets in: the directory is used only when it is the user's own and nobody else can write to it or to
 the directory it is in (as ssh's StrictModes); files are read only when they are the user's own regular files, and
@@ -54,7 +56,7 @@ class RankRecord:
     tensor_ops: str  # NCCL, MPI or Gloo
     local_rank: int = 0
     cross_rank: int = 0
-    state: str = "idle"  # idle | busy | stalled | dead
+    state: str = "idle"  # idle | busy | stalled | debugger (a breakpoint() holds it in pdb) | dead
     step: float | None = None
     loss: float | None = None
     last_line: str | None = None
@@ -89,6 +91,17 @@ class Nonfinite:
 
 
 @dataclass
+class WhereReport:
+    """Where every rank was when last asked (the sidebar's Where, the stop button, a stall, %hvd_where)."""
+
+    asked: float  # epoch s
+    why: str  # what asked, in words: "the sidebar's Where", "the stop button", "a stall Horovod reported", ...
+    full: bool  # with library frames
+    text: str  # identical places grouped, one line each, as the notebook shows it
+    places: list[str]  # each rank's place, by rank
+
+
+@dataclass
 class ProcessEntry:
     """A process of the pool, recognised again by pid and its start time in seconds since boot (`started`)."""
 
@@ -116,8 +129,8 @@ class PoolRecord:
     ranks: list[RankRecord] = field(default_factory=list)
     straggler: Straggler | None = None
     nonfinite: Nonfinite | None = None
+    where: WhereReport | None = None  # the latest picture of where the ranks are
     problems: list[str] = field(default_factory=list)  # jupyter-hvd's own threads (and users' threads) that failed
-    where: str = ""  # where the ranks were when last asked (the sidebar's Where, the stop button, a stall)
     kept: list[str] = field(default_factory=list)  # the names %hvd_keep keeps
     snapshots: int = 0  # snapshots of them on disk
     kept_bytes: int = 0  # disk those and pushed values take on the kernel's host
@@ -357,7 +370,7 @@ def kernel_alive(data: dict[str, Any]) -> bool:
     return _same_process(data.get("kernel_pid"), data.get("kernel_started"), data.get("boot_id", "")) is not None
 
 
-ACTIONS = ("interrupt", "restart", "stop", "where")
+ACTIONS = ("interrupt", "restart", "stop", "where", "where-full")
 
 
 def action_file(pool_id: str) -> Path:
@@ -366,7 +379,7 @@ def action_file(pool_id: str) -> Path:
 
 
 def request_action(pool_id: str, action: str) -> None:
-    """Ask the kernel that owns pool `pool_id` to interrupt, restart or stop it."""
+    """Ask the kernel that owns pool `pool_id` to interrupt, restart or stop it, or to say where its ranks are."""
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
     write_json(action_file(pool_id), {"action": action, "requested": time.time()})

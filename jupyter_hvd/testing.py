@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import queue
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,15 +58,16 @@ class Kernel:
         timeout: float = 120.0,
         on_start: Any = None,
         cell_id: str | None = None,
-        inputs: list[str] | None = None,
+        inputs: list[str] | Callable[[str], str | None] | None = None,
     ) -> CellResult:
         """Execute `code`, collect iopub until idle; `on_start(result)` runs once the cell is sent.
 
         `cell_id`: sent as the notebook cell's id, as JupyterLab, Notebook 7 and VS Code send it.
-        `inputs`: what the user types into the input box, one answer per input request, in order (the prompts are
-        kept in the result); without it the front end takes no input, as nbclient.
+        `inputs`: what the user types into the input box, one answer per input request, in order, or a function of
+        the prompt that returns the answer (None: no answer, e.g. it pressed the stop button instead); the prompts
+        are kept in the result. Without it the front end takes no input, as nbclient.
         """
-        answers = list(inputs) if inputs is not None else None
+        answers = inputs if callable(inputs) else list(inputs) if inputs is not None else None
         if cell_id is None and answers is None:
             msg_id = self.kc.execute(code)
         else:
@@ -89,7 +91,9 @@ class Kernel:
                     request = None
                 if request is not None and request["msg_type"] == "input_request":
                     res.prompts.append(request["content"]["prompt"])
-                    self.kc.input(answers.pop(0) if answers else "")
+                    text = answers(res.prompts[-1]) if callable(answers) else answers.pop(0) if answers else ""
+                    if text is not None:
+                        self.kc.input(text)
             try:
                 msg = self.kc.get_iopub_msg(timeout=min(remaining, 0.05 if answers is not None else 1.0))
             except queue.Empty:

@@ -6,8 +6,10 @@ for an empty cell on 2 ranks here; two sockets straight to the kernel take well 
 cell's hot path (the bootstrap, push/pull, timeline files) still goes through ipyparallel.
 
 Requests are handled on the engine's main thread, on ipykernel's event loop, one at a time, as ipyparallel's own
-requests are: a join or rest sent after a cell runs after it. Output and the cell's end share one socket, so the
-kernel has all of a cell's output when it learns the cell ended.
+requests are: a join or rest sent after a cell runs after it. A thread of its own reads them and hands them over, and
+answers two at once itself: "where" and the user's answers to pdb, which must not wait for the cell (or pdb) that
+holds the main thread. Output and the cell's end share one socket, so the kernel has all of a cell's output when it
+learns the cell ended.
 
 Imported on the engines only.
 """
@@ -125,8 +127,11 @@ class Channel:
                 continue  # not from this pool's kernel (unsigned, of another version) or a replay: dropped
             self._kernel_seq = signed.seq
             message = signed.message
-            if isinstance(message, Where):
-                self.send(where.place(self.rank, message.n, self.cell, debugger.active()))
+            if isinstance(message, Where):  # on this thread: the main one may be busy in the cell, or in pdb
+                try:
+                    self.send(where.place(self.rank, message.n, self.cell, debugger.active()))
+                except Exception as exc:  # the kernel names this rank as not answering; the reading goes on
+                    self.problem(f"'where' could not be answered: {type(exc).__name__}: {exc}")
             elif isinstance(message, InputReply):
                 debugger.reply(message)
             else:

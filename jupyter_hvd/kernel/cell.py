@@ -57,6 +57,8 @@ TORCH_ADVICE = (
 # connection closes): ranks still in one this long after their SIGINT are released by restarting the pool.
 TORCH_RELEASE_S = 2.0
 _cell_numbers = itertools.count(1)
+# Where a rank is that is done with the running cell, in words (CellRun's _RankRun.state).
+_ENDED = {"ok": "finished the cell", "error": "the cell raised an error there", "stopped": "stopped", "dead": "dead"}
 
 
 @dataclass
@@ -98,7 +100,7 @@ class CellRun:
         self.source = source
         self.options = options
         self.number = next(_cell_numbers)  # events of this cell carry it; earlier cells' late events are dropped
-        self.filename = f"<hvd-cell-{self.number}>"
+        self.filename = wire.cell_file(self.number)
         self.view: CellView = options.view or plain_view(options.show_ranks)
         self.runs: dict[int, _RankRun] = {}
         self.failed_at: float | None = None
@@ -116,7 +118,7 @@ class CellRun:
         self.pace = StragglerDetector()  # which rank computes longest per step (kernel/straggler.py)
         self._stall_said = False
         self.over_time: str | None = None  # why the cell was ended: it ran past options.time_limit
-        self._in_debugger: set[int] = set()  # ranks whose breakpoint() waits for the user
+        self._in_debugger: set[int] = set()  # ranks a breakpoint() holds in pdb (wire.Debugging)
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
@@ -244,7 +246,7 @@ class CellRun:
                     self._restart("you interrupted twice")
                     return
                 if interrupts == 1 and self.reason is None:
-                    self._say_where("Interrupted")
+                    self._say_where("you interrupted", self.options.where_full)
                 try:
                     self._begin_wind_down("interrupt")
                 except _PoolLost as lost:
@@ -267,11 +269,11 @@ class CellRun:
         if time.monotonic() >= self._next_liveness_check:  # psutil per rank: not on every event
             self._next_liveness_check = time.monotonic() + TICK_S
             self._check_liveness()
-        if self.reason is None:
+        if self.pool.where_asked is not None and self.reason is None:  # the sidebar's Where: said under the cell
+            full, self.pool.where_asked = self.pool.where_asked, None
+            self._say_where("the sidebar asked", full)
+        if self.reason is None and not self._in_debugger:  # a rank in pdb keeps the others waiting, on purpose
             self._check_mismatch()
-        if self.pool.where_asked:
-            self.pool.where_asked = False
-            self._say_where("Asked from the sidebar")
         limit = self.options.time_limit
         if self.reason is None and limit is not None and time.monotonic() - self._started > limit:
             self.over_time = f"It ran longer than {limit:g} s, the limit of such a cell, and was ended."
@@ -289,17 +291,13 @@ class CellRun:
             return  # a late event of an earlier cell, or of an engine that is no longer in the pool
         if isinstance(ev, wire.Output) and ev.stream == "pdb":
             debugger.show(ev)
-        elif isinstance(ev, wire.InputRequest):  # breakpoint() on that rank
-            if ev.rank not in self._in_debugger:
-                self._in_debugger.add(ev.rank)
-                print(
-                    f"jupyter-hvd: rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in the "
-                    "input box (c continues); the other ranks go on until they wait for it.",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            self.pool.update_rank_stats({ev.rank: {"state": "debugger"}})
-            debugger.answer(self.pool, ev)
+        elif isinstance(ev, wire.Debugging):  # a breakpoint() holds that rank in pdb, or let it go
+            self._note_debugging(ev)
+        elif isinstance(ev, wire.InputRequest):  # pdb at a breakpoint() on that rank waits for a command
+            if self.reason is not None:
+                debugger.send(self.pool, ev, "q")  # the cell is ending: pdb quits, nobody is asked
+            else:
+                debugger.answer(self.pool, ev)  # the stop button there: KeyboardInterrupt, as anywhere in the wait
         elif isinstance(ev, wire.Output):
             self._note_last_line(ev.rank, ev.text)
             if ev.stream == "stderr":
@@ -330,13 +328,31 @@ class CellRun:
                     else f"rank {ev.rank} could not leave Horovod's collectives ({(ev.error or {}).get('ename')})"
                 )
 
-    def _say_where(self, why: str) -> None:
-        """Where every rank is now, under the cell and in the sidebar (kernel/where.py); events that arrive meanwhile
-        are handled."""
-        text = where.ask(self.pool, self.options.where_full, other=self._handle)
-        print(f"jupyter-hvd: {why}. Where the ranks were:\n{text}", file=sys.stderr, flush=True)
-        self.pool.file.where = f"{time.strftime('%H:%M:%S')} ({why.lower()})\n{text}"
-        self.pool.publish()
+    def _note_debugging(self, ev: wire.Debugging) -> None:
+        """Who is in the debugger: said under the cell, and the rank's state in the sidebar."""
+        if ev.active and ev.rank not in self._in_debugger:
+            self._in_debugger.add(ev.rank)
+            print(
+                f"jupyter-hvd: rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in the "
+                "input box (c continues, q stops the cell); the other ranks go on until they wait for it.",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif not ev.active:
+            self._in_debugger.discard(ev.rank)
+            self.pool.file.end_of_debugging(ev.rank)
+        self.pool.update_rank_stats({ev.rank: {"state": "debugger"}} if ev.active else {})
+
+    def _say_where(self, why: str, full: bool) -> None:
+        """Where every rank is now, under the cell and in the pool file (kernel/where.py); events that arrive
+        meanwhile are handled. Skipped on a second press of the stop button: the wind-down must not wait for it."""
+        ended = {r.rank: _ENDED.get(r.state, r.state) for r in self.runs.values() if r.state != "running"}
+        try:
+            text = where.report(self.pool, why, full, self._handle, (self.number, self.source), ended)
+        except KeyboardInterrupt:
+            print("jupyter-hvd: where the ranks were: not asked (interrupted).", file=sys.stderr, flush=True)
+            return
+        print(f"jupyter-hvd: where the ranks were when {why}:\n{where.indented(text)}", file=sys.stderr, flush=True)
 
     def _note_last_line(self, rank: int, text: str) -> None:
         lines = [ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
@@ -369,7 +385,7 @@ class CellRun:
         self.pool.update_rank_stats(stalled)
         if stalled and not self._stall_said:
             self._stall_said = True
-            self._say_where("Horovod reports a stall")
+            self._say_where("Horovod reported a stall", self.options.where_full)
 
     def _note_progress(self, rank: int, records: Any) -> None:
         """The latest step and loss of `report()` records, for the sidebar."""
@@ -453,13 +469,14 @@ class CellRun:
         err = record.error or wire.ErrorInfo(ename="Error", evalue="")
         # After the wind-down began, an interrupt or a collective broken by a peer's join is a consequence,
         # not a second error.
-        consequence = err["ename"] == "KeyboardInterrupt" or (
+        consequence = err["ename"] in ("KeyboardInterrupt", "BdbQuit") or (
             err["ename"] == "HorovodInternalError" and "Join" in err["evalue"]
         )
         if self.reason is not None and (consequence or run.signaled_at is not None):
             run.state = "stopped"
-        elif self.reason is None and err["ename"] == "KeyboardInterrupt":
-            run.state = "stopped"  # a SIGINT from outside (the sidebar's Interrupt): treat as an interrupt
+        elif self.reason is None and err["ename"] in ("KeyboardInterrupt", "BdbQuit"):
+            # A SIGINT from outside (the sidebar's Interrupt), or pdb's quit at a breakpoint(): an interrupt.
+            run.state = "stopped"
             self._begin_wind_down("interrupt")
         else:
             run.state = "error"
@@ -602,9 +619,8 @@ class CellRun:
             if value is not None:
                 display(_unpickled(value))
             return None
-        self.pool.last_failed = sorted(
-            e["rank"] for e in errors if e["ename"] not in ("SystemExit", "KeyboardInterrupt")
-        )
+        raised = [e["rank"] for e in errors if e["ename"] not in ("SystemExit", "KeyboardInterrupt", "BdbQuit")]
+        self.pool.last_failed = sorted(raised, key=lambda r: self.runs[r].finished_at or 0.0)  # %hvd_debug: the first
         parts = []
         exits = [e for e in errors if e["ename"] == "SystemExit"]
         errors = [e for e in errors if e["ename"] != "SystemExit"]

@@ -382,7 +382,7 @@ class HvdMagics(Magics):
             return
         pool = require_pool()
         with pool.lock:
-            print(hvd_where.ask(pool, args.full))
+            print(hvd_where.report(pool, "%hvd_where asked", args.full))
 
     @line_magic
     @magic_arguments()

@@ -30,7 +30,6 @@ from .options import HvdPool
 from .pool_file import PoolFile
 from .ranks import Rank, format_ranks, rank_table
 from .watcher import PoolWatcher
-from .where import ask as where_ranks_are
 
 log = logging.getLogger("jupyter_hvd")
 
@@ -75,6 +74,7 @@ class Pool:
         self.cells_run = 0
         self.lock = threading.RLock()  # held while a cell runs or the pool restarts/stops
         self.pending_action: str | None = None  # a sidebar restart/stop that waits for the running cell to end
+        self.where_asked: bool | None = None  # the sidebar's Where (True: with library frames), until answered
         self._idle_since = time.monotonic()
         self.resting = False  # Horovod is stopped on every rank until the next cell (engine/idle.py)
         self.watcher: PoolWatcher | None = None
@@ -91,7 +91,6 @@ class Pool:
         self.coming_back = ""  # what the restart brings back at the moment ("replaying setup entry 2 of 3")
         self.last_failed: list[int] = []  # the ranks that raised in the last failed cell (%hvd_debug's default)
         self.announcements: list[str] = []  # what happened between cells (a sidebar action): said under the next cell
-        self.where_asked = False  # the sidebar asked where the ranks are: the running cell answers
         self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
     # ---- what the pool file shows (kernel/pool_file.py reads these) ----------------------------------------
@@ -321,18 +320,6 @@ class Pool:
             return self.bring_back(self)
         finally:
             self._bringing_back = False
-
-    def answer_where(self) -> None:
-        """The sidebar asked where the ranks are, between cells: into the pool file (a running cell answers itself,
-        kernel/cell.py)."""
-        if not self.where_asked or self.busy_cell is not None or not self.lock.acquire(blocking=False):
-            return
-        try:
-            self.where_asked = False
-            self.file.where = f"{time.strftime('%H:%M:%S')}\n{where_ranks_are(self)}"
-            self.publish()
-        finally:
-            self.lock.release()
 
     def initialised(self) -> str:
         """What the engines have: 'Horovod initialised', 'Horovod and torch.distributed (Gloo) initialised', or

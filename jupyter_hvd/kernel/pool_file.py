@@ -46,7 +46,7 @@ class PoolFile:
         self.kernel_problems: list[str] = []
         self.nonfinite: state.Nonfinite | None = None  # where a metric of the running or last cell became NaN/Inf
         self.straggler: state.Straggler | None = None  # the rank that set the pace of the running or last cell
-        self.where = ""  # where the ranks were when last asked
+        self.where: state.WhereReport | None = None  # where the ranks were when last asked (kernel/where.py)
         self.processes: list[dict[str, Any]] = []
         self.slurm_job = ""  # the engines' SLURM job, for the reaper to cancel if the kernel dies
         self._lock = threading.Lock()
@@ -59,11 +59,17 @@ class PoolFile:
             self.rank_stats.setdefault(rank, {}).update(values)
 
     def end_of_cell(self) -> None:
-        """A stall ends with its cell."""
-        for stats in self.rank_stats.values():
+        """A stall ends with its cell, as does a breakpoint()'s pdb."""
+        for rank, stats in self.rank_stats.items():
             if stats.get("state") == "stalled":
                 del stats["state"]
             stats.pop("stalled_on", None)
+            self.end_of_debugging(rank)
+
+    def end_of_debugging(self, rank: int) -> None:
+        """A breakpoint()'s pdb let `rank` go: its state is the pool's again."""
+        if self.rank_stats.get(rank, {}).get("state") == "debugger":
+            del self.rank_stats[rank]["state"]
 
     def note_problem(self, text: str) -> bool:
         """Keep what failed in the kernel (newest first, 20 at most); False when it was the last one noted."""

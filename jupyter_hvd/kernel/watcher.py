@@ -1,9 +1,10 @@
 """A kernel-side thread that keeps the pool's state file fresh and carries out the sidebar's actions.
 
 Every second it samples each local rank's process (CPU %, RSS; GPU memory where nvidia-smi answers) into the
-state file, and takes an action file left by the Jupyter server (interrupt, restart, stop). Interrupt is a
+state file, and takes an action file left by the Jupyter server (interrupt, restart, stop, where). Interrupt is a
 signal, safe from any thread. Restart and stop need the main thread's ipyparallel client to be idle: when a
-cell is running, the watcher interrupts it and leaves the action for the cell runner to finish.
+cell is running, the watcher interrupts it and leaves the action for the cell runner to finish. Where is left for
+the running cell to answer, under it; between cells the watcher answers it (kernel/where.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 import psutil
 
 from .. import state
-from .ranks import Rank
+from . import where
 
 log = logging.getLogger("jupyter_hvd")
 PERIOD_S = 1.0
@@ -60,14 +61,11 @@ def gpu_memory_by_pid() -> dict[int, dict[str, float]]:
     return out
 
 
-class Watched(Protocol):
+class Watched(where.Pool, Protocol):
     """What the watcher uses of a pool (kernel/pool.py)."""
 
     id: str
-    ranks: list[Rank]
-    busy_cell: str | None
     pending_action: str | None
-    lock: Any
 
     def interrupt(self, ranks: list[int]) -> None: ...
 
@@ -149,16 +147,16 @@ class PoolWatcher(threading.Thread):
                 if self._stopped.is_set():
                     return
             self.pool.update_rank_stats(self.sample(), publish=False)
+            self.answer_where()  # one asked while a restart held the pool
             self.pool.read_channel()
             self.pool.rest_if_idle()
         self.pool.write_file()
 
     def carry_out(self, action: str) -> None:
         pool = self.pool
-        if action == "where":
-            pool.where_asked = True  # a running cell answers on its own thread; between cells the main loop does
-            if pool.busy_cell is None and self._main_loop is not None and not self._main_loop.is_closed():
-                self._main_loop.call_soon_threadsafe(pool.answer_where)
+        if action in ("where", "where-full"):
+            pool.where_asked = action == "where-full"
+            self.answer_where()
             return
         if action == "interrupt" or pool.busy_cell is not None:
             # A running cell ends through its own wind-down; restart/stop then run on the main thread.
@@ -170,6 +168,11 @@ class PoolWatcher(threading.Thread):
             self._main_loop.call_soon_threadsafe(self._carry_out_now, action)
         else:
             self._carry_out_now(action)
+
+    def answer_where(self) -> None:
+        """The sidebar's Where, between cells (a running cell answers it itself, under the cell)."""
+        if self.pool.where_asked is not None and self.pool.busy_cell is None:
+            where.answer_sidebar(self.pool)
 
     def _carry_out_now(self, action: str) -> None:
         pool = self.pool

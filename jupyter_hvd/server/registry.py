@@ -4,8 +4,8 @@ No tornado here (the handlers are thin): the registry reads the pools' state fil
 only those whose kernel belongs to this server (its kernel manager's ids, including kernels it had earlier: a
 killed kernel's pool must still be cleaned up), marks a pool whose kernel died as stale, cleans a stale pool up
 after a grace period (its SLURM job cancelled, its recorded processes killed, its files removed), and passes
-interrupt / restart / stop to the kernel that owns a live pool. It can only ask a kernel for those three actions;
-it never runs code anywhere. A pool of another server (another notebook server of the same user) is never listed,
+interrupt / restart / stop / where to the kernel that owns a live pool. It can only ask a kernel for those actions; it
+never runs code anywhere. A pool of another server (another notebook server of the same user) is never listed,
 touched or stopped here.
 """
 
@@ -69,8 +69,8 @@ class PoolRegistry:
         raise UnknownPool(pool_id)
 
     def act(self, pool_id: str, action: str, kernel_ids: Iterable[str]) -> str:
-        """Ask the pool's kernel to interrupt, restart or stop it, or where its ranks are; a stale pool can only be
-        stopped (cleaned up).
+        """Ask the pool's kernel to interrupt, restart or stop it, or to say where its ranks are (state.ACTIONS); a
+        stale pool can only be stopped (cleaned up).
 
         Returns what was done: "requested" (the kernel will carry it out within about a second) or "cleaned".
         Raises UnknownPool, or ValueError for an unknown action or one a stale pool cannot take.
@@ -152,8 +152,8 @@ def describe(
         "ranks": ranks,
         "straggler": data.get("straggler"),
         "nonfinite": data.get("nonfinite"),
+        "where": data.get("where"),
         "problems": data.get("problems") or [],
-        "where": data.get("where") or "",
         "kept": data.get("kept") or [],
         "snapshots": int(data.get("snapshots") or 0),
         "kept_bytes": int(data.get("kept_bytes") or 0),

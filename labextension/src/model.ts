@@ -13,7 +13,7 @@ export type PoolState =
   | 'stopping'
   | 'stale';
 
-export type RankState = 'idle' | 'busy' | 'stalled' | 'dead';
+export type RankState = 'idle' | 'busy' | 'stalled' | 'debugger' | 'dead';
 
 export type Action = 'interrupt' | 'restart' | 'stop' | 'where';
 
@@ -66,6 +66,20 @@ export interface INonfinite {
   message: string;
 }
 
+/** Where every rank was when last asked (POST .../pools/<id>/where or where-full asks the kernel for one). */
+export interface IWhereReport {
+  /** Epoch seconds. */
+  asked: number;
+  /** What asked, in words: "the sidebar asked", "you interrupted", "Horovod reported a stall", "%hvd_where asked". */
+  why: string;
+  /** With library frames. */
+  full: boolean;
+  /** Identical places grouped, one line each ("ranks 0-2: waiting in allreduce 'grad' (cell line 6)"). */
+  text: string;
+  /** Each rank's place, by rank. */
+  places: string[];
+}
+
 /** One pool as the server sends it (jupyter_hvd/server/registry.py describe()). */
 export interface IPool {
   id: string;
@@ -85,10 +99,10 @@ export interface IPool {
   ranks: IRank[];
   straggler?: IStraggler | null;
   nonfinite?: INonfinite | null;
+  /** Where the ranks were when last asked (the Where action, the stop button, a stall, %hvd_where). */
+  where?: IWhereReport | null;
   /** jupyter-hvd's own threads that failed. */
   problems?: string[];
-  /** Where the ranks were when last asked (Where, the stop button, a stall): a time, then one line per place. */
-  where?: string;
   /** The names %hvd_keep keeps, their snapshots on disk, and the disk those take. */
   kept?: string[];
   snapshots?: number;

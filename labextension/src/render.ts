@@ -147,10 +147,10 @@ export function renderPool(p: IPool): HTMLElement {
     box.appendChild(el('div', 'jp-HvdPool-meta jp-HvdPool-kept', kept));
   }
   if (p.where) {
-    const [at, ...places] = p.where.split('\n');
+    const at = new Date(p.where.asked * 1000).toTimeString().slice(0, 8); // HH:MM:SS, local
     const where = el('div', 'jp-HvdPool-where', '');
-    where.appendChild(el('div', 'jp-HvdPool-whereTitle', `Where the ranks were at ${at}`));
-    where.appendChild(el('pre', 'jp-HvdPool-wherePlaces', places.join('\n')));
+    where.appendChild(el('div', 'jp-HvdPool-whereTitle', `Where the ranks were at ${at} (${p.where.why})`));
+    where.appendChild(el('pre', 'jp-HvdPool-wherePlaces', p.where.text));
     box.appendChild(where);
   }
   for (const w of poolWarnings(p)) {

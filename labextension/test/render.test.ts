@@ -132,10 +132,16 @@ describe('sidebar rendering', () => {
 
   it('shows where the ranks were, one line per place, and what is kept', () => {
     const root = document.createElement('div');
-    const where = "10:42:07 (asked from the sidebar)\nrank 0: waiting in allreduce 'grad' (cell line 7)\nrank 1: in f()";
+    const where = {
+      asked: new Date(2026, 10, 27, 10, 42, 7).getTime() / 1000,
+      why: 'the sidebar asked',
+      full: false,
+      text: "rank 0: waiting in allreduce 'grad' (cell line 7)\nrank 1: in f()",
+      places: ["waiting in allreduce 'grad' (cell line 7)", 'in f()']
+    };
     renderPools(root, [pool({ where, kept: ['model'], snapshots: 1, kept_bytes: 2 ** 20 })]);
     expect(root.querySelector('.jp-HvdPool-whereTitle')!.textContent).toBe(
-      'Where the ranks were at 10:42:07 (asked from the sidebar)'
+      'Where the ranks were at 10:42:07 (the sidebar asked)'
     );
     expect(root.querySelector('.jp-HvdPool-wherePlaces')!.textContent).toContain("rank 1: in f()");
     expect(root.querySelector('.jp-HvdPool-kept')!.textContent).toBe('Kept: model · 1 snapshot · 1 MB on disk');
