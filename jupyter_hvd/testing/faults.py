@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from .testing import Kernel
+from .kernel import Kernel
 
 HEALTHY = "%%hvd\nprint('sum', hvd.allreduce(torch.tensor([rank + 1.0]), name='healthy', op=hvd.Sum).item())"
 
