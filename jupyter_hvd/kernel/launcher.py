@@ -35,6 +35,7 @@ log = logging.getLogger("jupyter_hvd")
 CONNECTION_FILE_ENV = "JUPYTER_HVD_CONNECTION_FILE"  # where local engines find the controller (engine/main.py)
 CONNECTION_WAIT_ENV = "JUPYTER_HVD_CONNECTION_WAIT_S"  # and how long they wait for it (the pool's --timeout)
 POOL_ENV = "JUPYTER_HVD_POOL"  # every process launched for a pool carries its id, so a leftover is found again
+PMIX_LISTENER_FAILED = "The PMIx server's listener thread failed to start"  # mpiexec's words (see start_engines)
 # ipyparallel's hub completes an engine's registration at its next heartbeat: with the default 3 s period that took
 # 6 s of every pool start. Local engines are watched by pid as well, so the hub's patience stays at 30 s.
 LOCAL_CONTROLLER_ARGS = ["--ping=250", "--HeartMonitor.max_heartmonitor_misses=120"]
@@ -202,6 +203,9 @@ class Launcher:
         else:
             env[CONNECTION_FILE_ENV] = self.cluster.controller.connection_files["engine"]
             env[CONNECTION_WAIT_ENV] = f"{opts.timeout:g}"
+            # Open MPI's session files in the pool's private directory: removed with it (an mpiexec killed in a
+            # restart leaves its /tmp/ompi.<pid> behind), and out of other pools' way.
+            mpi_args += ["--prtemca", "prte_tmpdir_base", str(state.pool_directory(self.pool_id))]
         t0 = time.monotonic()
         if opts.slurm_nodes:
             launcher_kwargs = slurm.launcher_kwargs(opts, env, [find_mpiexec(), *mpi_args])
@@ -213,19 +217,28 @@ class Launcher:
             # watch the controller's heartbeat (the reaper ends them with it): that watch listens on loopback TCP,
             # where any local user could feed it.
             launcher_kwargs["engine_args"] = ["--IPEngine.enable_nanny=False", "--IPEngine.max_heartbeat_misses=0"]
-        self._engine_set = self.cluster.start_engines_sync(n=opts.np, **launcher_kwargs)
-        self.recorded()
-        if self.client is None:
-            self.client = self.cluster.connect_client_sync()
-        if opts.slurm_nodes:
-            slurm.wait_for_job(self.engine_set(), opts.timeout)
-        try:
-            self._wait_for_engines(t0)
-        except PoolError as exc:
-            if opts.multi_host():  # name the host that did not come up, and how to go on without it
-                exc.hint += hosts.unreachable_hint(self.mpiexec_output(200), opts.host_list())
-            raise
-        return self.new_engine_ids()[: opts.np]
+        retried = False
+        while True:
+            self._engine_set = self.cluster.start_engines_sync(n=opts.np, **launcher_kwargs)
+            self.recorded()
+            if self.client is None:
+                self.client = self.cluster.connect_client_sync()
+            if opts.slurm_nodes:
+                slurm.wait_for_job(self.engine_set(), opts.timeout)
+            try:
+                self._wait_for_engines(t0)
+                return self.new_engine_ids()[: opts.np]
+            except PoolError as exc:
+                # Open MPI's launcher sometimes fails to open its PMIx listener while another one on the host
+                # starts or ends (seen under load): it exits at once, and a second launch works.
+                if not retried and PMIX_LISTENER_FAILED in exc.hint and time.monotonic() - t0 < 10:
+                    log.warning("mpiexec could not start its PMIx listener; launching the engines again")
+                    self.cluster.engines.pop(self._engine_set, None)
+                    retried = True
+                    continue
+                if opts.multi_host():  # name the host that did not come up, and how to go on without it
+                    exc.hint += hosts.unreachable_hint(self.mpiexec_output(200), opts.host_list())
+                raise
 
     def slurm_job(self) -> str:
         """The SLURM job running the engines (--slurm), once submitted; "" otherwise."""
