@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import math
 import pickle
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,9 +26,10 @@ from IPython.display import display, publish_display_data
 from .. import state, wire
 from ..metrics import parse_line
 from ..widgets import CellView, plain_view
-from . import debugger, where
+from . import debugger, failures, where
 from .channel import ChannelError
 from .errors import CellFailed, group_errors
+from .failures import Done, Failure, PoolLost, Wait
 from .keep import Cell
 from .pool import Pool
 from .ranks import format_ranks
@@ -40,22 +40,6 @@ TICK_S = 0.25  # liveness checks while waiting: engine processes, mpiexec
 # A cell still running after this is shown as running in the sidebar at once. Shorter cells are left to the watcher's
 # next round: waking its thread at each start and end took the GIL from the dispatch (an empty cell: +1.3 ms).
 SHOW_RUNNING_AFTER_S = 0.1
-# Collectives that cannot match: every rank still running waits in one, while another rank has finished the cell
-# (this long after both), or while they wait on different tensors (this long). Shorter waits are normal.
-UNEVEN_S = 2.0
-MISMATCH_S = 3.0
-ADVICE = (
-    "Every rank must run the same collectives in the same order: use hvd.join() for uneven last batches, or give "
-    "every rank the same number of batches (DistributedSampler(..., drop_last=True))."
-)
-TORCH_ADVICE = (
-    "Every rank must run the same collectives in the same order: wrap a DDP loop over uneven inputs in DDP's Join "
-    "context manager (torch.distributed.algorithms.Join([model])), or give every rank the same number of batches "
-    "(DistributedSampler(..., drop_last=True))."
-)
-# torch.distributed cannot cancel a collective whose peer failed (Gloo and NCCL end it only when the peer's
-# connection closes): ranks still in one this long after their SIGINT are released by restarting the pool.
-TORCH_RELEASE_S = 2.0
 _cell_numbers = itertools.count(1)
 # Where a rank is that is done with the running cell, in words (CellRun's _RankRun.state).
 _ENDED = {"ok": "finished the cell", "error": "the cell raised an error there", "stopped": "stopped", "dead": "dead"}
@@ -88,8 +72,7 @@ class _RankRun:
     joined: bool = False
     ended_after_failure: bool = False  # finished normally, but after another rank had failed
     finished_at: float | None = None
-    waiting: dict[str, Any] | None = None  # the collective this rank has waited in for a while: name, number
-    waiting_since: float | None = None  # kernel clock
+    waiting: Wait | None = None  # the collective this rank has waited in for a while
 
 
 class CellRun:
@@ -109,15 +92,14 @@ class CellRun:
         self.last_lines: dict[int, str] = {}
         self._next_liveness_check = time.monotonic() + TICK_S
         self._stderr_tail = ""  # recent stderr of the shown ranks, where Horovod's stall report lands
-        self.unclean_join: str | None = None  # set when a rank's join left Horovod unfit for the next cell
-        self.lost: str | None = None  # what happened to the pool, when it had to be restarted or was stopped
-        self.mismatch: str | None = None  # why the cell was ended: collectives that could not match
+        self.unclean_join: Failure | None = None  # a rank's join left Horovod unfit for the next cell
+        self.lost: Failure | None = None  # what lost the pool: the caller restarts it (kernel/lifecycle.py)
+        self.ended_by: Failure | None = None  # why the cell was ended on every rank: uneven collectives, a time limit
         self._frozen_since: dict[int, float] = {}
         self._started = time.monotonic()
         self._shown_running = False
         self.pace = StragglerDetector()  # which rank computes longest per step (kernel/straggler.py)
         self._stall_said = False
-        self.over_time: str | None = None  # why the cell was ended: it ran past options.time_limit
         self._in_debugger: set[int] = set()  # ranks a breakpoint() holds in pdb (wire.Debugging)
 
     # ---- dispatch ------------------------------------------------------------------------------------------
@@ -157,7 +139,7 @@ class CellRun:
                 channel.send(r.rank, request)
         except ChannelError as exc:
             self._check_liveness()
-            raise _PoolLost(f"the cell could not be sent: {exc}") from None
+            raise PoolLost(Failure("unsent", (), f"the cell could not be sent: {exc}", restarts=True)) from None
 
     # ---- the wait loop -------------------------------------------------------------------------------------
 
@@ -187,7 +169,6 @@ class CellRun:
                     self.pool.set_state("idle", publish=self._shown_running)
                 if self.reason is None and self.lost is None and self.options.record:
                     self._succeeded()
-            self._carry_out_pending_action()
         return self._finish()
 
     def _succeeded(self) -> None:
@@ -201,8 +182,7 @@ class CellRun:
         if keeper.names and self.pool.channel is not None:
             gen = (next_number(), 0)  # after this cell's own commit() generations
             try:  # behind this cell on each rank; each copies what changed, a thread writes it
-                for r in self.pool.ranks:
-                    self.pool.channel.send(r.rank, wire.Commit(self.options.count, gen))
+                self.pool.channel.send_all(wire.Commit(self.options.count, gen))
             except ChannelError:
                 pass  # a rank that died after its end: the next cell finds out
         self._say_snapshot_news()
@@ -219,20 +199,11 @@ class CellRun:
         while news:
             print(f"jupyter-hvd: {news.pop(0)}", file=sys.stderr, flush=True)
 
-    def _carry_out_pending_action(self) -> None:
-        """A restart or stop asked for from the sidebar while this cell ran."""
-        action, self.pool.pending_action = self.pool.pending_action, None
-        if action == "restart":
-            self._restart("the pool was restarted from the sidebar")
-        elif action == "stop":
-            self.pool.stop()
-            self.lost = "The pool was stopped from the sidebar; start a new one with %hvd_start -np N."
-
     def _loop(self) -> None:
         try:
             self._submit()
-        except _PoolLost as lost:
-            self._restart(str(lost))
+        except PoolLost as lost:
+            self.lost = lost.failure
             return
         interrupts = 0
         while True:
@@ -243,17 +214,17 @@ class CellRun:
             except KeyboardInterrupt:
                 interrupts += 1
                 if interrupts > 1 or (self.reason == "interrupt" and self._overdue()):
-                    self._restart("you interrupted twice")
+                    self.lost = Failure("overdue", (), "you interrupted twice", restarts=True)
                     return
                 if interrupts == 1 and self.reason is None:
                     self._say_where("you interrupted", self.options.where_full)
                 try:
                     self._begin_wind_down("interrupt")
-                except _PoolLost as lost:
-                    self._restart(str(lost))
+                except PoolLost as lost:
+                    self.lost = lost.failure
                     return
-            except _PoolLost as lost:
-                self._restart(str(lost))
+            except PoolLost as lost:
+                self.lost = lost.failure
                 return
 
     def _step(self) -> None:
@@ -276,7 +247,7 @@ class CellRun:
             self._check_mismatch()
         limit = self.options.time_limit
         if self.reason is None and limit is not None and time.monotonic() - self._started > limit:
-            self.over_time = f"It ran longer than {limit:g} s, the limit of such a cell, and was ended."
+            self.ended_by = failures.over_time(limit)
             self._begin_wind_down("interrupt")
         if self.reason is not None:
             self._advance_wind_down()
@@ -316,17 +287,17 @@ class CellRun:
             if run.state == "running":
                 self._finished(run, ev.record)
         elif isinstance(ev, wire.Waiting):
-            run.waiting = ev.wait
-            run.waiting_since = time.monotonic() - ev.wait["waited"] if ev.wait else None
+            wait = ev.wait
+            run.waiting = (
+                Wait(ev.rank, str(wait.get("name")), wait.get("number"), time.monotonic() - wait["waited"])
+                if wait
+                else None
+            )
         elif isinstance(ev, wire.Joined):
             run.joined = True
-            if not ev.ok or ev.in_flight:
-                self.unclean_join = (
-                    f"rank {ev.rank} still had {ev.in_flight} Horovod operations in flight after the failure (e.g. "
-                    "gradients of a backward() without step()), which would clash with the next cell"
-                    if ev.ok
-                    else f"rank {ev.rank} could not leave Horovod's collectives ({(ev.error or {}).get('ename')})"
-                )
+            self.unclean_join = self.unclean_join or failures.unclean_join(
+                ev.rank, ev.ok, ev.in_flight, (ev.error or {}).get("ename")
+            )
 
     def _note_debugging(self, ev: wire.Debugging) -> None:
         """Who is in the debugger: said under the cell, and the rank's state in the sidebar."""
@@ -373,15 +344,13 @@ class CellRun:
                     self._note_nonfinite(rank, name, value, parsed.step)
 
     def _note_stall(self, text: str) -> None:
-        """Horovod's stall inspector (rank 0's stderr, while rank 0's cell runs) lists per rank the tensors it
-        has not submitted; every running rank that submitted one of those waits for it: it is stalled, on that."""
-        report = text.rsplit("Missing ranks:", 1)[1]
-        missing = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\s*(\d+): \[([^\]]*)\]", report, re.M)}
-        stalled = {}
-        for rank, run in self.runs.items():
-            waits_on = sorted({t.strip() for q, names in missing.items() if q != rank for t in names.split(",")})
-            if run.state == "running" and waits_on:
-                stalled[rank] = {"state": "stalled", "stalled_on": ", ".join(t for t in waits_on if t)[:200]}
+        """Horovod's stall inspector (rank 0's stderr, while rank 0's cell runs): the ranks it leaves waiting are
+        stalled, on those tensors (kernel/failures.py)."""
+        running = [rank for rank, run in self.runs.items() if run.state == "running"]
+        stalled = {
+            rank: {"state": "stalled", "stalled_on": tensors}
+            for rank, tensors in failures.stalled(text, running).items()
+        }
         self.pool.update_rank_stats(stalled)
         if stalled and not self._stall_said:
             self._stall_said = True
@@ -420,33 +389,21 @@ class CellRun:
         self.pool.publish()
 
     def _check_mismatch(self) -> None:
-        """End the cell when its collectives cannot match: every rank still running waits in one, and another rank
-        finished the cell (uneven collectives: the join releases them, state kept), or they wait on different
-        tensors (only a restart of Horovod releases those: Horovod crashed when they joined)."""
+        """End the cell when its collectives cannot match (kernel/failures.py): uneven ones wind it down, state kept;
+        ranks waiting on different tensors need a restart."""
         running = [r for r in self.runs.values() if r.state == "running"]
-        if not running or any(r.waiting is None or r.waiting_since is None for r in running):
-            return
-        now = time.monotonic()
-        waiting_for = now - max(r.waiting_since or now for r in running)
-        finished = [r for r in self.runs.values() if r.state == "ok" and r.finished_at is not None]
-        waits = "; ".join(_waits_in(r) for r in running)
-        if finished:
-            if now - max(min(r.finished_at or now for r in finished), now - waiting_for) < UNEVEN_S:
-                return
-            done = ", ".join(
-                f"rank {r.rank} after {r.record.collectives if r.record else '?'} collectives" for r in finished
-            )
-            self.mismatch = (
-                f"Collectives did not match: the cell finished on {done}, while {waits}.\n{_advice(running)}"
-            )
+        finished = [
+            Done(r.rank, r.finished_at, r.record.collectives if r.record else None)
+            for r in self.runs.values()
+            if r.state == "ok" and r.finished_at is not None
+        ]
+        waits = [r.waiting for r in running if r.waiting is not None]
+        found = failures.unmatched([r.rank for r in running], waits, finished, time.monotonic())
+        if found is not None and found.restarts:
+            raise PoolLost(found)
+        if found is not None:
+            self.ended_by = found
             self._begin_wind_down("mismatch")
-        elif (
-            len(running) > 1 and len({(r.waiting or {}).get("name") for r in running}) > 1 and waiting_for >= MISMATCH_S
-        ):
-            raise _PoolLost(
-                f"Collectives did not match: {waits}, for {waiting_for:.0f} s. {_advice(running)} Ranks that wait on "
-                "different tensors can only be released by restarting the pool"
-            )
 
     def _note_nonfinite(self, rank: int, metric: str, value: Any, step: Any) -> None:
         """Say once per cell where a metric first became NaN or Inf (the plot shows a gap from there)."""
@@ -469,9 +426,7 @@ class CellRun:
         err = record.error or wire.ErrorInfo(ename="Error", evalue="")
         # After the wind-down began, an interrupt or a collective broken by a peer's join is a consequence,
         # not a second error.
-        consequence = err["ename"] in ("KeyboardInterrupt", "BdbQuit") or (
-            err["ename"] == "HorovodInternalError" and "Join" in err["evalue"]
-        )
+        consequence = failures.is_consequence(err["ename"], err["evalue"])
         if self.reason is not None and (consequence or run.signaled_at is not None):
             run.state = "stopped"
         elif self.reason is None and err["ename"] in ("KeyboardInterrupt", "BdbQuit"):
@@ -484,25 +439,18 @@ class CellRun:
 
     def _check_liveness(self) -> None:
         now = time.monotonic()
-        frozen = self.pool.frozen_ranks()
-        self._frozen_since = {r: self._frozen_since.get(r, now) for r in frozen}
-        # A frozen rank (SIGSTOP, Ctrl-Z in its terminal) may be resumed: wait the pool's timeout, unless the cell is
-        # already winding down, which a frozen rank can never take part in.
-        overdue = [
-            r for r, since in self._frozen_since.items() if self.reason or now - since >= self.pool.options.timeout
-        ]
-        if overdue:
-            pids = ", ".join(f"rank {r.rank} (pid {r.pid})" for r in self.pool.ranks if r.rank in overdue)
-            raise _PoolLost(
-                f"{pids} {'is' if len(overdue) == 1 else 'are'} frozen (stopped by SIGSTOP or Ctrl-Z) "
-                f"{'during the wind-down' if self.reason else f'for {self.pool.options.timeout:g} s'}"
-            )
-        if not self.pool.mpiexec_alive() or self.pool.dead_ranks():
+        self._frozen_since = {r: self._frozen_since.get(r, now) for r in self.pool.frozen_ranks()}
+        pids = {r.rank: r.pid for r in self.pool.ranks}
+        found = failures.frozen(self._frozen_since, pids, self.pool.options.timeout, self.reason is not None, now)
+        if found is not None:
+            raise PoolLost(found)
+        dead = self.pool.dead_ranks()
+        if not self.pool.mpiexec_alive() or dead:
             # MPI aborts the whole job when one rank dies; mpiexec then says which one and how, as it exits.
             deadline = time.monotonic() + 10
             while self.pool.mpiexec_alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            raise _PoolLost(self.pool.death_report())
+            raise PoolLost(failures.dead(self.pool.death_report(), dead))
 
     # ---- wind-down -----------------------------------------------------------------------------------------
 
@@ -517,7 +465,7 @@ class CellRun:
         assert client is not None
         if not set(self.pool.engine_ids()) <= set(client.ids):
             self._check_liveness()
-            raise _PoolLost("an engine left the pool")
+            raise PoolLost(failures.dead("an engine left the pool", []))
         channel = self.pool.channel
         assert channel is not None
         for run in self.runs.values():
@@ -527,9 +475,7 @@ class CellRun:
                     channel.send(run.rank, wire.Join(self.number))
                 except ChannelError as exc:
                     self._check_liveness()
-                    raise _PoolLost(
-                        f"rank {run.rank} could not be asked to leave Horovod's collectives: {exc}"
-                    ) from None
+                    raise PoolLost(failures.unsent(run.rank, "asked to leave Horovod's collectives", exc)) from None
                 run.join_sent = True
         self._advance_wind_down()
 
@@ -542,23 +488,18 @@ class CellRun:
             self.pool.interrupt([r.rank for r in running])
             for r in running:
                 r.signaled_at = now
-        signaled = [r for r in self.runs.values() if r.state == "running" and r.signaled_at is not None]
-        if (
-            self.pool.torch_distributed
-            and signaled
-            and all(now - (r.signaled_at or now) > TORCH_RELEASE_S for r in signaled)
-        ):
-            waits = "; ".join(_waits_in(r) if r.waiting else f"rank {r.rank} did not stop" for r in signaled)
-            raise _PoolLost(
-                f"{waits}: a torch.distributed collective cannot be released once a peer failed or left it (Gloo and "
-                "NCCL cannot cancel one)"
-            )
+        if self.pool.torch_distributed:
+            signaled = {
+                r.rank: (r.signaled_at, r.waiting)
+                for r in self.runs.values()
+                if r.state == "running" and r.signaled_at is not None
+            }
+            found = failures.unreleasable(signaled, now)
+            if found is not None:
+                raise PoolLost(found)
         if self._overdue():
             stuck = [r.rank for r in self.runs.values() if r.state == "running" or not r.joined]
-            raise _PoolLost(
-                f"{format_ranks(stuck)} did not stop within {self.pool.options.fail_timeout:g} s "
-                "(blocked in a collective or in native code)"
-            )
+            raise PoolLost(failures.overdue(stuck, self.pool.options.fail_timeout))
 
     def _overdue(self) -> bool:
         return self.hard_deadline is not None and time.monotonic() > self.hard_deadline
@@ -570,21 +511,9 @@ class CellRun:
         if self.reason is not None:
             done = all(r.joined for r in runs)
             if done and self.unclean_join:
-                raise _PoolLost(self.unclean_join)
+                raise PoolLost(self.unclean_join)
             return done
         return True  # each rank's output came before its end
-
-    def _restart(self, what: str) -> None:
-        t0 = time.monotonic()
-        print(f"jupyter-hvd: {what}. Restarting the pool with the same options...", file=sys.stderr, flush=True)
-        try:
-            came_back = self.pool.restart()
-        except KeyboardInterrupt:
-            self.lost = f"{what[0].upper()}{what[1:]}. {self.pool.interrupted_restart()}"
-            return
-        self.lost = (
-            f"{what[0].upper()}{what[1:]}. The pool was restarted in {time.monotonic() - t0:.1f} s: {came_back}."
-        )
 
     # ---- result --------------------------------------------------------------------------------------------
 
@@ -629,13 +558,13 @@ class CellRun:
                 f"rank {e['rank']} called exit({e.get('exit', '')}) (sys.exit, exit() or quit()): the cell ended "
                 "there. The engine keeps running, as does the pool."
             )
-        if self.mismatch:
-            parts.append(self.mismatch)
+        if self.ended_by is not None and self.ended_by.kind == "uneven":
+            parts.append(self.ended_by.message)
         if errors:
             parts.append(group_errors(errors))
         stopped = sorted(r.rank for r in self.runs.values() if r.state == "stopped" or r.signaled_at)
-        if self.over_time:
-            parts.append(self.over_time)
+        if self.ended_by is not None and self.ended_by.kind == "over_time":
+            parts.append(self.ended_by.message)
         elif self.reason == "interrupt" and not errors and not exits:
             parts.append(f"Interrupted: {format_ranks(stopped or list(self.runs))} stopped.")
         elif self.reason == "mismatch":
@@ -652,24 +581,9 @@ class CellRun:
                 f"{format_ranks(finished_late)} ran to the end, but collectives after the error completed without "
                 "the failed ranks (they had left them): treat what this cell computed there as invalid."
             )
-        if lost is not None:
-            parts.append(lost)
-            hint = ""
-        else:
-            hint = "The pool is ready for the next %%hvd cell."
-        interrupted = self.reason == "interrupt" and not errors and not self.over_time
-        raise CellFailed("\n\n".join(parts), hint, interrupted=interrupted)
-
-
-def _advice(runs: list[_RankRun]) -> str:
-    """The remedy in the words of the library the waiting ranks use."""
-    names = [str((r.waiting or {}).get("name", "")) for r in runs]
-    return TORCH_ADVICE if any(n.startswith(("dist.", "DDP")) for n in names) else ADVICE
-
-
-def _waits_in(run: _RankRun) -> str:
-    wait = run.waiting or {}
-    return f"rank {run.rank} waits in '{wait.get('name')}' (its collective #{wait.get('number')})"
+        hint = "" if lost is not None else "The pool is ready for the next %%hvd cell."
+        interrupted = self.reason == "interrupt" and not errors and self.ended_by is None
+        raise CellFailed("\n\n".join(parts), hint, interrupted=interrupted, lost=lost)
 
 
 def _unpickled(value: bytes) -> Any:
@@ -685,15 +599,6 @@ class _Note(str):
         return str(self)
 
 
-class _PoolLost(Exception):
-    """The pool cannot continue (an engine died, or ranks would not stop): it must be restarted."""
-
-
 def next_number() -> int:
     """A number after every cell's so far (snapshot generations asked for between cells take one)."""
     return next(_cell_numbers)
-
-
-def run_cell(pool: Pool, source: str, options: CellOptions) -> Any:
-    """Run `source` on every rank of `pool` (SPMD) and return when all ranks have finished."""
-    return CellRun(pool, source, options).run()

@@ -193,6 +193,11 @@ class CellChannel:
     def _identity(self, rank: int) -> bytes | None:
         return self.identities[rank] if 0 <= rank < len(self.identities) else None
 
+    def send_all(self, request: Request) -> None:
+        """Send one request to every rank, in rank order (ChannelError at the first that cannot take it)."""
+        for rank in range(len(self.identities)):
+            self.send(rank, request)
+
     def send(self, rank: int, request: Request) -> None:
         """Send one request to one rank."""
         identity = self._identity(rank)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from .failures import Failure
 from .ranks import format_ranks
 
 RED, BOLD, RESET = "\x1b[31m", "\x1b[1m", "\x1b[0m"
@@ -34,11 +35,13 @@ class PoolError(Exception):
 
 class CellFailed(PoolError):
     """A `%%hvd` cell failed on one or more ranks (the rendered text already groups identical errors); `interrupted`:
-    it ended because the user interrupted it."""
+    it ended because the user interrupted it; `lost`: the pool was lost with it, and must be restarted
+    (kernel/lifecycle.py does, and says what came back)."""
 
-    def __init__(self, message: str, hint: str = "", interrupted: bool = False) -> None:
+    def __init__(self, message: str, hint: str = "", interrupted: bool = False, lost: Failure | None = None) -> None:
         super().__init__(message, hint)
         self.interrupted = interrupted
+        self.lost = lost
 
 
 def group_errors(errors: Iterable[dict[str, Any]]) -> str:

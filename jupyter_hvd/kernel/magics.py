@@ -16,14 +16,15 @@ from traitlets import TraitError
 from .. import wire
 from ..widgets import view_for_cell
 from . import debugger as hvd_debugger
-from . import export, restart, slurm
+from . import export, lifecycle, restart, slurm
 from . import pool as pools
 from . import profile as hvd_profile
 from . import timeline as hvd_timeline
 from . import transfer as hvd_transfer
 from . import where as hvd_where
-from .cell import CellOptions, next_number, run_cell
+from .cell import CellOptions, next_number
 from .errors import PoolError
+from .failures import PoolLost
 from .options import options_from, setting, start_arguments
 from .ranks import parse_ranks
 from .words import size_text
@@ -130,9 +131,7 @@ class HvdMagics(Magics):
             print("--timeline is not needed: %%hvd --timeline works on this pool as it is (ignored).", flush=True)
         t0 = time.monotonic()
         print(f"Starting {options.np} ranks under mpiexec...", flush=True)
-        pool = pools.Pool.start(options)
-        pool.bring_back = restart.bring_back
-        pools.set_current(pool)
+        pool = lifecycle.start(options)
         print(f"Pool ready in {time.monotonic() - t0:.1f} s: {options.np} ranks, {pool.initialised()}.")
         print(pool.table())
 
@@ -208,10 +207,10 @@ class HvdMagics(Magics):
         if args.timeline is not None:
             if not pool.horovod:
                 raise UsageError("--timeline records Horovod's timeline, and this pool has no Horovod: use --profile.")
-            return hvd_timeline.record(pool, args.timeline, lambda: run_cell(pool, source, options))
+            return hvd_timeline.record(pool, args.timeline, lambda: lifecycle.run_cell(pool, source, options))
         if args.profile is not None:
-            return hvd_profile.record(pool, args.profile, lambda: run_cell(pool, source, options))
-        return run_cell(pool, source, options)
+            return hvd_profile.record(pool, args.profile, lambda: lifecycle.run_cell(pool, source, options))
+        return lifecycle.run_cell(pool, source, options)
 
     @line_magic
     @magic_arguments()
@@ -328,7 +327,7 @@ class HvdMagics(Magics):
             raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
         t0 = time.monotonic()
         try:
-            pool, came_back = restart.restart(pool, fresh=args.fresh)
+            pool, came_back = lifecycle.restart(pool, fresh=args.fresh)
         except KeyboardInterrupt:
             now = pools.current()
             raise PoolError(now.interrupted_restart() if now is not None else "The restart was interrupted.") from None
@@ -361,8 +360,8 @@ class HvdMagics(Magics):
                 keeper.keep(args.names)
                 restart.configure(pool)
                 gen = (next_number(), 0)
-                for r in pool.ranks:  # a snapshot now, behind whatever the ranks were asked before
-                    pool.channel.send(r.rank, wire.Commit(self.shell.execution_count, gen))  # type: ignore[union-attr]
+                # A snapshot now, behind whatever the ranks were asked before.
+                pool.channel.send_all(wire.Commit(self.shell.execution_count, gen))  # type: ignore[union-attr]
             if pool.channel is not None:
                 pool.channel.settle(len(pool.ranks))  # every rank's part is written (a Pong follows its Committed)
         for news in keeper.snapshots.news:
@@ -440,7 +439,10 @@ class HvdMagics(Magics):
             raise UsageError(f"%hvd_rewind {args.snapshot}: {exc}. %hvd_snapshots lists them.") from None
         if generation is None:
             raise UsageError("There is no snapshot yet: one is taken at the end of the next successful %%hvd cell.")
-        said = restart.rewind(pool, generation)
+        try:
+            said = restart.rewind(pool, generation)
+        except PoolLost as lost:
+            raise PoolError(f"The rewind lost the pool. {lifecycle.after_loss(pool, lost.failure.message)}") from None
         print(f"Rewound to snapshot #{generation.number}: {said}.")
 
     @line_magic
@@ -509,12 +511,5 @@ class HvdMagics(Magics):
         if pool is None:
             print("No jupyter-hvd pool is running.")
             return
-        pool.stop()
+        lifecycle.stop(pool)
         print("Pool stopped.")
-
-
-def stop_at_exit() -> None:
-    """Stop the pool when the kernel shuts down (a killed kernel is covered by the pool's reaper)."""
-    pool = pools.current()
-    if pool is not None:
-        pool.stop()

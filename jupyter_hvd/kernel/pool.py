@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ def deferred_interrupts() -> Iterator[None]:
 
 
 class Pool:
-    """A running engine pool. Create it with `Pool.start(options)`."""
+    """A running engine pool. Started, restarted and stopped by kernel/lifecycle.py."""
 
     def __init__(self, options: HvdPool) -> None:
         self.options = options
@@ -81,9 +81,6 @@ class Pool:
         self.stopped = False  # stop() ran: %hvd_restart starts a new pool with these options
         self.keeper = Keeper()  # setup journal, kept names, snapshots, cells run (kernel/keep.py)
         self.keeper.snapshots.kept = options.snapshots_kept
-        # After fresh engines started: replay the journal and restore kept names (kernel/restart.py sets it).
-        self.bring_back: Callable[[Pool], str] | None = None
-        self._bringing_back = False
         self.engines_started = 0  # sets of engines started so far (a restart while bringing back makes one more)
         self.horovod = True  # the engines have Horovod (else torch.distributed only)
         self.torch_distributed = options.torch_distributed  # the engines have a torch.distributed process group
@@ -175,9 +172,6 @@ class Pool:
             with deferred_interrupts():  # a second Ctrl-C must not leave half of the processes behind
                 pool.stop()
             raise
-        pool.watcher = PoolWatcher(pool)
-        pool.file.poke = pool.watcher.poke
-        pool.watcher.start()
         return pool
 
     def _record_processes(self) -> None:
@@ -282,44 +276,34 @@ class Pool:
             self._torch_store = dist.TCPStore(ip, 0, is_master=True, wait_for_workers=False)
         return {"host": ip, "port": self._torch_store.port, "prefix": f"start-{self.engines_started}", "served": True}
 
-    def restart(self, planned: bool = False) -> str:
-        """Replace every engine with a fresh one (same options); Horovod is initialised again, the setup journal
-        replayed and kept names restored. Returns what came back, in words.
+    def replace_engines(self, planned: bool = False) -> None:
+        """Replace every engine with a fresh one (same options), Horovod initialised again. What comes back is
+        kernel/restart.py's job, the restart as a whole kernel/lifecycle.py's.
 
         `planned` (asked for, not a lost pool): the engines first finish what they were asked, so a snapshot being
         written is not lost. A restart that fails stops the whole pool (half a pool would fail every later cell in
-        a new way); the options stay, for %hvd_restart.
+        a new way) and raises PoolError; the options stay, for %hvd_restart.
         """
         with self.lock:  # the watcher reads the channel between cells: not while the new engines say hello
             if planned and self.channel is not None and self.ranks and not self.dead_ranks():
                 self.channel.settle(len(self.ranks), timeout=30.0)
-            return self._restart()
-
-    def _restart(self) -> str:
-        self.set_state("restarting", publish=False)
-        self.file.write(self)
-        self.launcher.stop_engines(self.ranks)
-        self.ranks = []
-        self.file.rank_stats = {}
-        self.view = None
-        try:
-            self._start_engines()
-        except BaseException as exc:
-            with deferred_interrupts():
-                self._end(keep_directory=True)  # stays the kernel's pool, stopped: %hvd_restart starts it again
-            if isinstance(exc, PoolError):
-                raise PoolError(
-                    f"The restart failed: {exc.message} The pool was stopped.",
-                    f"{exc.hint}\n%hvd_restart starts it again with the same options.".strip(),
-                ) from None
-            raise
-        if self.bring_back is None or self._bringing_back or not (self.keeper.journal or self.keeper.names):
-            return LOST  # a restart while bringing back (the replay lost the pool again) brings nothing back
-        self._bringing_back = True
-        try:
-            return self.bring_back(self)
-        finally:
-            self._bringing_back = False
+            self.set_state("restarting", publish=False)
+            self.file.write(self)
+            self.launcher.stop_engines(self.ranks)
+            self.ranks = []
+            self.file.rank_stats = {}
+            self.view = None
+            try:
+                self._start_engines()
+            except BaseException as exc:
+                with deferred_interrupts():
+                    self._end(keep_directory=True)  # stays the kernel's pool, stopped: %hvd_restart starts it again
+                if isinstance(exc, PoolError):
+                    raise PoolError(
+                        f"The restart failed: {exc.message} The pool was stopped.",
+                        f"{exc.hint}\n%hvd_restart starts it again with the same options.".strip(),
+                    ) from None
+                raise
 
     def initialised(self) -> str:
         """What the engines have: 'Horovod initialised', 'Horovod and torch.distributed (Gloo) initialised', or
@@ -465,8 +449,7 @@ class Pool:
         try:
             if self.state == "idle" and not self.resting and self.channel is not None:
                 try:
-                    for r in self.ranks:  # all ranks or none: the rest is collective (engine/idle.py)
-                        self.channel.send(r.rank, wire.Rest())
+                    self.channel.send_all(wire.Rest())  # all ranks or none: the rest is collective (engine/idle.py)
                 except ChannelError:
                     return False  # a dead rank: the next cell finds out and restarts the pool
                 self.resting = True

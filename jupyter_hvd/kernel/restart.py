@@ -6,32 +6,42 @@ A crash while coming back (an engine that dies during the replay or the restore)
 comes back again from the same snapshot, a few times at most. A replay or a restore that fails pins the snapshot it
 could not restore: it is not dropped for newer ones, and the next restart (once the cause is mended) restores it.
 
-Runs in the user's kernel. The pool calls `bring_back` after every restart (Pool.bring_back); `restart` is what
-%hvd_restart does, `rewind` what %hvd_rewind does.
+Runs in the user's kernel. kernel/lifecycle.py calls `bring_back` after every restart; `rewind` is what %hvd_rewind
+does.
 """
 
 from __future__ import annotations
 
-import shutil
+import sys
 
 from .. import wire
 from . import restore, transfer
+from .failures import PoolLost
 from .keep import Cell, Push
-from .pool import LOST, Pool, set_current
+from .pool import Pool
 from .snapshots import Generation
 
 ATTEMPTS = 3  # times the engines may be lost while coming back before the pool gives up
+LOST = "worker state (models, variables) was lost; run the cells that define it again"
 
 
 def bring_back(pool: Pool) -> str:
-    """Replay the setup journal on fresh engines, then restore the kept names; what came back, in words."""
+    """Replay the setup journal on fresh engines, then restore the kept names; what came back, in words. Engines lost
+    meanwhile are replaced and it starts over, ATTEMPTS times at most (PoolError: a replacement failed, and the pool
+    is stopped)."""
+    if not (pool.keeper.journal or pool.keeper.names):
+        return LOST
     said = ""
     for _ in range(ATTEMPTS):
-        started = pool.engines_started
-        said = _bring_back_once(pool)  # an interrupt leaves `coming_back` saying where it stopped
-        pool.coming_back = ""
-        if pool.engines_started == started:
+        try:
+            said = _bring_back_once(pool)  # an interrupt leaves `coming_back` saying where it stopped
+            pool.coming_back = ""
             return said
+        except PoolLost as lost:
+            said = f"the engines were lost while {pool.coming_back} ({lost.failure.message.splitlines()[0]})"
+            pool.coming_back = ""
+            print(f"jupyter-hvd: {said}: restarting the pool again...", file=sys.stderr, flush=True)
+            pool.replace_engines()
     return (
         f"the engines were lost {ATTEMPTS} times while the setup journal was replayed or the kept names restored "
         f"(the last time: {said}); nothing more was tried. %hvd_restart tries again from the same snapshot"
@@ -40,7 +50,6 @@ def bring_back(pool: Pool) -> str:
 
 def _bring_back_once(pool: Pool) -> str:
     keeper = pool.keeper
-    started = pool.engines_started
     said: list[str] = []
     replayed = 0
     target = keeper.snapshots.target()
@@ -50,10 +59,6 @@ def _bring_back_once(pool: Pool) -> str:
     for i, entry in enumerate(keeper.journal, 1):
         pool.coming_back = f"replaying setup entry {i} of {len(keeper.journal)}"
         failed = _replay(pool, entry)
-        if pool.stopped:
-            return f"the pool was stopped during the replay of setup entry {i}: %hvd_restart starts it again"
-        if pool.engines_started != started:
-            return f"the engines were lost during the replay of setup entry {i} ({failed})"
         if failed:
             later = len(keeper.journal) - i
             what = f"push of {', '.join(entry.names)}" if isinstance(entry, Push) else "setup cell"
@@ -66,8 +71,6 @@ def _bring_back_once(pool: Pool) -> str:
         replayed += 1
     if keeper.journal:
         said.insert(0, _replayed(keeper.journal[:replayed], len(keeper.journal)))
-    if pool.stopped:
-        return "the pool was stopped during the replay: %hvd_restart starts it again"
     configure(pool)
     if keeper.names:
         if target is None:
@@ -75,7 +78,7 @@ def _bring_back_once(pool: Pool) -> str:
         else:
             pool.coming_back = f"restoring {', '.join(keeper.names)}"
             result = restore.load(pool, target, str(pool.kept_dir), keeper.names)
-            while result.get("unreadable") and pool.engines_started == started and not pool.stopped:
+            while result.get("unreadable"):
                 # Its files are gone (a disk cleaned, a node changed): the newest snapshot before it instead.
                 gone = target
                 keeper.snapshots.drop(gone)
@@ -85,10 +88,6 @@ def _bring_back_once(pool: Pool) -> str:
                     break
                 keeper.snapshots.pin(target)
                 result = restore.load(pool, target, str(pool.kept_dir), keeper.names)
-            if pool.stopped:
-                return "the pool was stopped during the restore: %hvd_restart starts it again"
-            if pool.engines_started != started:
-                return f"the engines were lost during the restore ({restore.words(result)})"
             if target is None:
                 said.append("no other snapshot is left, so nothing was restored")
                 return "; ".join(said)
@@ -132,9 +131,7 @@ def configure(pool: Pool) -> None:
     if pool.channel is None:
         return
     pool.keeper.snapshots.ranks = len(pool.ranks)
-    request = wire.Keep(list(pool.keeper.names), str(pool.kept_dir))
-    for r in pool.ranks:
-        pool.channel.send(r.rank, request)
+    pool.channel.send_all(wire.Keep(list(pool.keeper.names), str(pool.kept_dir)))
 
 
 def journal_push(pool: Pool, payload: transfer.Payload, count: int | None, cell_id: str) -> None:
@@ -156,25 +153,3 @@ def rewind(pool: Pool, generation: Generation) -> str:
     if not result["error"] and not result["failed"]:
         pool.keeper.snapshots.unpin()
     return restore.words(result)
-
-
-def restart(pool: Pool, fresh: bool = False) -> tuple[Pool, str]:
-    """%hvd_restart: fresh engines with the same options, the journal replayed and kept names restored (with `fresh`,
-    nothing: the journal and the kept names are forgotten). A pool stopped by a failed restart is started anew.
-    Returns the running pool and what came back."""
-    if fresh:
-        pool.keeper.clear()
-        shutil.rmtree(pool.kept_dir, ignore_errors=True)
-        shutil.rmtree(pool.pushed_dir, ignore_errors=True)
-    if pool.stopped:
-        old = pool
-        pool = Pool.start(old.options)
-        pool.keeper = old.keeper  # what the old pool kept comes back on the new one
-        for old_dir, new_dir in ((old.kept_dir, pool.kept_dir), (old.pushed_dir, pool.pushed_dir)):
-            if old_dir.is_dir():
-                shutil.copytree(old_dir, new_dir, dirs_exist_ok=True)
-        shutil.rmtree(old.directory, ignore_errors=True)
-        pool.bring_back = bring_back
-        set_current(pool)
-        return pool, bring_back(pool) if (pool.keeper.journal or pool.keeper.names) else LOST
-    return pool, pool.restart(planned=True)

@@ -17,8 +17,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from .cell import CellOptions, run_cell
+from .cell import CellOptions, CellRun
 from .errors import CellFailed
+from .failures import PoolLost
 from .pool import Pool
 from .ranks import format_ranks
 from .snapshots import Generation, describe
@@ -52,7 +53,7 @@ class Quiet:
 
 def run_quietly(pool: Pool, source: str, count: int | None = None, every_value: bool = False) -> tuple[Any, str]:
     """Run `source` on every rank without showing it; (rank 0's last value, or every rank's with `every_value`;
-    '' or why it failed, in one line)."""
+    '' or why it failed, in one line). PoolLost: the pool was lost with it."""
     options = CellOptions(
         view=Quiet(),
         count=count,
@@ -62,8 +63,10 @@ def run_quietly(pool: Pool, source: str, count: int | None = None, every_value: 
         time_limit=pool.options.timeout,  # a replay or a restore nobody watches must end by itself too
     )
     try:
-        return run_cell(pool, source, options), ""
+        return CellRun(pool, source, options).run(), ""
     except CellFailed as exc:
+        if exc.lost is not None:  # whoever asked restarts the pool (kernel/restart.py, kernel/lifecycle.py)
+            raise PoolLost(exc.lost) from None
         if exc.interrupted:  # the stop button: what runs quietly for the user stops too
             raise KeyboardInterrupt from None
         lines = [ln.strip() for ln in _ANSI.sub("", exc.message).splitlines() if ln.strip()]

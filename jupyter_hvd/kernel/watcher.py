@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import psutil
@@ -69,14 +70,6 @@ class Watched(where.Pool, Protocol):
 
     def interrupt(self, ranks: list[int]) -> None: ...
 
-    where_asked: bool
-
-    def answer_where(self) -> None: ...
-
-    def restart(self, planned: bool = False) -> str: ...
-
-    def stop(self) -> None: ...
-
     def note_problem(self, text: str) -> None: ...
 
     def update_rank_stats(self, stats: dict[int, dict[str, Any]], publish: bool = True) -> None: ...
@@ -89,11 +82,13 @@ class Watched(where.Pool, Protocol):
 
 
 class PoolWatcher(threading.Thread):
-    """Samples rank stats and takes sidebar actions for one pool, until `stop()`."""
+    """Samples rank stats and takes sidebar actions for one pool, until `stop()`. `act` carries out a Restart or Stop
+    (kernel/lifecycle.py), on the kernel's main loop."""
 
-    def __init__(self, pool: Watched) -> None:
+    def __init__(self, pool: Watched, act: Callable[[str], None]) -> None:
         super().__init__(name=f"jupyter-hvd watcher {pool.id}", daemon=True)
         self.pool = pool
+        self._act = act
         self._stopped = threading.Event()
         self._poked = threading.Event()
         self._last_sample = 0.0
@@ -165,43 +160,14 @@ class PoolWatcher(threading.Thread):
                 pool.pending_action = action
             return
         if self._main_loop is not None and not self._main_loop.is_closed():
-            self._main_loop.call_soon_threadsafe(self._carry_out_now, action)
+            self._main_loop.call_soon_threadsafe(self._act, action)
         else:
-            self._carry_out_now(action)
+            self._act(action)
 
     def answer_where(self) -> None:
         """The sidebar's Where, between cells (a running cell answers it itself, under the cell)."""
         if self.pool.where_asked is not None and self.pool.busy_cell is None:
             where.answer_sidebar(self.pool)
-
-    def _carry_out_now(self, action: str) -> None:
-        pool = self.pool
-        if pool.busy_cell is not None:  # a cell started in between: it carries the action out when it ends
-            pool.pending_action = action
-            pool.interrupt([r.rank for r in pool.ranks])
-            return
-        with pool.lock:
-            at = time.strftime("%H:%M:%S")
-            if action == "restart":
-                t0 = time.monotonic()
-                try:
-                    came_back = pool.restart(planned=True)
-                    pool.announcements.append(
-                        f"the pool was restarted from the sidebar at {at}, in {time.monotonic() - t0:.1f} s: "
-                        f"{came_back}."
-                    )
-                except KeyboardInterrupt:  # the stop button, pressed while it ran between cells
-                    pool.announcements.append(
-                        f"the restart from the sidebar at {at} was interrupted. {pool.interrupted_restart()}"
-                    )
-                except Exception as exc:  # on the main loop nobody would see it: log it, keep it for %hvd_status
-                    log.exception("jupyter-hvd: the restart asked for from the sidebar failed")
-                    pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")
-                    pool.announcements.append(f"the restart from the sidebar at {at} failed: {exc}")
-            elif action == "stop":
-                self.stop()
-                pool.stop()
-                pool.said_goodbye(f"the pool was stopped from the sidebar at {at}")
 
     def sample(self) -> dict[int, dict[str, Any]]:
         """CPU %, RSS and GPU memory of every local rank's process, keyed by rank."""
