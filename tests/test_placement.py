@@ -3,7 +3,10 @@ arguments), controller settings, which ranks this host sees, and what a launcher
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +20,13 @@ from jupyter_hvd.kernel.ranks import Rank
 MPIEXEC = "/venv/bin/mpiexec"
 ENV = {"JUPYTER_HVD_POOL": "hvd-1-1", "CUDA_VISIBLE_DEVICES": ""}
 SHORT = Path("/tmp/jupyter-hvd/hvd-1-1")
+
+
+def gone_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
 
 
 def launch(p: placement.Placement, gpus: int = 0, cores: int = 2) -> dict:
@@ -129,3 +139,18 @@ def test_the_launcher_environment_follows_the_placement(tmp_path):
     assert env(HvdPool(np=2))["OMPI_MCA_btl"] == "self,sm"
     assert "OMPI_MCA_btl" not in env(HvdPool(np=2, hosts="a:2"))
     assert env(HvdPool(np=2, cpu=True))["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_death_report_says_a_remote_rank_stopped_answering(tmp_path):
+    def report(options: HvdPool, ranks: list[Rank], registered: list[int]) -> str:
+        launcher = Launcher("hvd-1-1", options, tmp_path / "pool.json", lambda: None)
+        launcher.client = SimpleNamespace(ids=registered)  # type: ignore[assignment]
+        return launcher.death_report(ranks)
+
+    me = socket.gethostname()
+    alive = rank(0, me, pid=os.getpid())
+    assert report(HvdPool(np=2, hosts="a:2"), [alive, rank(1, "server2")], [0]) == (
+        "rank 1 on server2 stopped answering the controller (host down or unreachable)"
+    )
+    assert report(HvdPool(np=2), [alive, rank(1, me, pid=gone_pid())], [0, 1]) == f"rank 1 on {me} died"
+    assert report(HvdPool(np=2), [alive], [0]) == "the engines stopped"

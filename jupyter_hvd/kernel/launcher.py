@@ -202,9 +202,11 @@ class Launcher:
         return self.placement.job_id(self.engine_set())
 
     def engine_set(self) -> Any:
-        """ipyparallel's launcher of the engines (mpiexec, or the SLURM job), once they were launched."""
-        assert self.cluster is not None
-        return self.cluster.engines.get(self._engine_set) if self._engine_set else None
+        """ipyparallel's launcher of the engines (mpiexec, or the SLURM job), once they were launched; else None."""
+        # None too before a controller: a start that failed there (a wrong --ip) is stopped like any other.
+        if self.cluster is None or not self._engine_set:
+            return None
+        return self.cluster.engines.get(self._engine_set)
 
     def new_engine_ids(self) -> list[int]:
         """Registered engines of this pool that were not retired by a restart."""
