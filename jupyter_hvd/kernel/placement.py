@@ -32,12 +32,11 @@ LOCAL_ENGINE_ARGS = ("--IPEngine.enable_nanny=False", "--IPEngine.max_heartbeat_
 
 
 class Placement(ABC):
-    """Where the ranks of a pool run. The base holds what every placement does alike."""
+    """Where the ranks of a pool run: what each placement must say, and the defaults most share."""
 
     engine_launcher = "mpi"  # ipyparallel's engine-set launcher, by its entry-point name: mpiexec run here
-    controller_args: tuple[str, ...] = tuple(hosts.MULTI_HOST_CONTROLLER_ARGS)
-    # Engines elsewhere get the controller's address and key in their environment (no shared home needed).
-    send_connection_env = True
+    controller_args: tuple[str, ...]  # the controller's heartbeat: how soon it drops an engine that went silent
+    send_connection_env: bool  # ipyparallel puts the controller's address and key in the engines' environment
 
     def __init__(self, options: HvdPool) -> None:
         self.options = options
@@ -46,10 +45,9 @@ class Placement(ABC):
     def controller_ip(self) -> str:
         """The address the controller listens on, one the engines reach; ValueError when none can be chosen."""
 
+    @abstractmethod
     def encrypted(self, directory: Path) -> bool:
-        """Whether the pool listens on TCP with ZeroMQ CURVE rather than on ipc sockets in its private `directory`:
-        always where engines may run on other hosts."""
-        return True
+        """Whether the pool listens on TCP with ZeroMQ CURVE rather than on ipc sockets in its private `directory`."""
 
     def environment(self) -> dict[str, str]:
         """Variables mpiexec and the engines need for this placement, beside the pool's own."""
@@ -87,16 +85,15 @@ class Placement(ABC):
         """What to add to 'the engines did not register', from what mpiexec printed."""
         return ""
 
+    @abstractmethod
     def split(self, ranks: list[Rank]) -> tuple[list[Rank], list[Rank]]:
         """(the ranks on this host, whose pids mean something here; the ranks elsewhere, which only the controller
         sees: their pids are another host's)."""
-        here = [r for r in ranks if hosts.is_this_host(r.host)]
-        return here, [r for r in ranks if not hosts.is_this_host(r.host)]
 
+    @abstractmethod
     def leftovers(self, pool_id: str) -> list[psutil.Process]:
         """Processes on this host that the launch left for pool `pool_id`, besides the engines and mpiexec's own
-        children: ssh clients (or the launch agent) to hosts that stopped answering."""
-        return hosts.launch_processes(pool_id)
+        children."""
 
 
 class OneHost(Placement):
@@ -150,6 +147,20 @@ class OneHost(Placement):
 class Hosts(Placement):
     """Ranks on the hosts of -H or --hostfile, started by mpiexec over ssh (or c.HvdPool.launch_agent); the pool
     listens, encrypted, on an address those hosts reach."""
+
+    controller_args = tuple(hosts.MULTI_HOST_CONTROLLER_ARGS)
+    send_connection_env = True  # no shared home directory needed
+
+    def encrypted(self, directory: Path) -> bool:
+        return True  # the pool's traffic crosses the network
+
+    def split(self, ranks: list[Rank]) -> tuple[list[Rank], list[Rank]]:
+        here = [r for r in ranks if hosts.is_this_host(r.host)]
+        return here, [r for r in ranks if not hosts.is_this_host(r.host)]
+
+    def leftovers(self, pool_id: str) -> list[psutil.Process]:
+        """ssh clients (or the launch agent) to hosts that stopped answering, which outlive a killed mpiexec."""
+        return hosts.launch_processes(pool_id)
 
     def host_list(self) -> list[hosts.Host]:
         """The hosts, read from the options each time (a hostfile is read again at a restart, as mpiexec does)."""
