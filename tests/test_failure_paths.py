@@ -82,6 +82,12 @@ def test_what_a_users_thread_prints_between_cells_is_shown_under_the_next_cell()
         assert r.status == "ok", r.error_text
         for rank in (0, 1):
             assert f"rank {rank} printed between cells:" in r.stderr and f"tick {rank} 4" in r.stderr, r.stderr
+        # What ipyparallel itself runs on the engines (%%px on the pool's client) keeps its output in its cell.
+        k.run("from jupyter_hvd.kernel import pool\nv = pool.current().client[:]\nv.block = True\nv.activate()").check()
+        r = k.run("%%px\nprint('from px')").check()
+        shown = sorted(o["data"]["text/plain"] for o in r.outputs)
+        assert shown == ["[stdout:0] from px\n", "[stdout:1] from px\n"], r.messages
+        assert "from px" not in k.run("%%hvd\nprint('after')").check().stderr
     finally:
         k.shutdown()
     assert wait_until_gone(f"hvd-{k.pid}-") == []

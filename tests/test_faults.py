@@ -1,5 +1,5 @@
 """A pool that never hangs: a seeded random fault campaign on a real 2-rank pool in a real kernel
-(jupyter_hvd/faults.py: raise, uneven collectives, mismatched names, exit, sys.exit, os._exit, SIGSTOP/SIGCONT,
+(jupyter_hvd/testing/faults.py: raise, uneven collectives, mismatched names, exit, sys.exit, os._exit, SIGSTOP/SIGCONT,
 SIGKILL, the stop button), each followed by a healthy cell.
 
 HVD_FAULT_CYCLES (default 50) and HVD_FAULT_SEED (default 20261124) set the length and the draw; a longer soak:
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from jupyter_hvd.faults import campaign
+from jupyter_hvd.testing.faults import campaign
 
 
 def test_faults_never_hang_the_notebook(_state_dir):

@@ -1,4 +1,4 @@
-"""The restart campaign (jupyter_hvd/keep_campaign.py): at least 30 random cycles of kept objects times failure
+"""The restart campaign (jupyter_hvd/testing/keep_campaign.py): at least 30 random cycles of kept objects times failure
 points; every rank's state after each equals the state at a commit, or what did not come back is named.
 
 `HVD_KEEP_CYCLES=100 bash scripts/test.sh -k keep_campaign` for more; `bench/keep_campaign.py` for the figures.
@@ -11,7 +11,7 @@ import os
 import pytest
 from conftest import Kernel, wait_until_gone
 
-from jupyter_hvd.keep_campaign import campaign
+from jupyter_hvd.testing.keep_campaign import campaign
 
 
 @pytest.mark.timeout(900)  # 30 cycles of restarts: about 3-5 minutes on 2 cores

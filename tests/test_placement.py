@@ -31,7 +31,13 @@ def gone_pid() -> int:
 
 def launch(p: placement.Placement, gpus: int = 0, cores: int = 2) -> dict:
     return p.engine_launch(
-        MPIEXEC, dict(ENV), gpus=gpus, cores=cores, controller_ip="127.0.0.1", connection_file="/sec/engine.json"
+        MPIEXEC,
+        dict(ENV),
+        gpus=gpus,
+        cores=cores,
+        controller_ip="127.0.0.1",
+        connection_file="/sec/engine.json",
+        directory=SHORT,
     )
 
 
@@ -56,7 +62,9 @@ def test_the_options_pick_one_placement(options, kind):
 def test_one_host_engines_read_the_connection_file_and_need_no_nanny():
     p = placement.OneHost(HvdPool(np=2, timeout=45))
     kw = launch(p)
-    assert kw["mpi_cmd"] == [MPIEXEC] and kw["mpi_args"] == ["--bind-to", "none"]
+    assert kw["mpi_cmd"] == [MPIEXEC]
+    # Open MPI's session files go to the pool's private directory, which is removed with the pool.
+    assert kw["mpi_args"] == ["--bind-to", "none", "--prtemca", "prte_tmpdir_base", str(SHORT)]
     assert kw["environment"] == {
         **ENV,
         "JUPYTER_HVD_CONNECTION_FILE": "/sec/engine.json",
@@ -72,7 +80,7 @@ def test_hosts_engines_are_placed_and_given_what_remote_hosts_need():
     p = placement.Hosts(HvdPool(np=4, hosts="localhost:2,other.invalid:2"))
     kw = launch(p)
     args = kw["mpi_args"]
-    assert args[:2] == ["--bind-to", "none"]
+    assert args[:2] == ["--bind-to", "none"] and "prte_tmpdir_base" not in args  # that directory is on this host only
     assert args[args.index("--host") + 1] == "localhost:2,other.invalid:2"
     forwarded = {args[i + 1] for i, a in enumerate(args) if a == "-x"}
     assert {"JUPYTER_HVD_POOL", "CUDA_VISIBLE_DEVICES", "IPP_CONNECTION_INFO"} <= forwarded
@@ -96,10 +104,10 @@ def test_a_slurm_job_runs_mpiexec_with_the_same_arguments():
 def test_cpu_ranks_may_outnumber_this_hosts_cores_but_not_other_hosts_or_gpus():
     oversubscribe = ["--map-by", ":OVERSUBSCRIBE"]
     one = placement.OneHost(HvdPool(np=4))
-    assert launch(one, gpus=0, cores=2)["mpi_args"][-2:] == oversubscribe
+    assert launch(one, gpus=0, cores=2)["mpi_args"][2:4] == oversubscribe
     assert oversubscribe[1] not in launch(one, gpus=0, cores=4)["mpi_args"]
     assert oversubscribe[1] not in launch(one, gpus=2, cores=2)["mpi_args"]  # GPUs: only when asked
-    assert launch(placement.OneHost(HvdPool(np=4, oversubscribe=True)), gpus=2)["mpi_args"][-2:] == oversubscribe
+    assert launch(placement.OneHost(HvdPool(np=4, oversubscribe=True)), gpus=2)["mpi_args"][2:4] == oversubscribe
     spread = placement.Hosts(HvdPool(np=4, hosts="a:2,b:2"))
     assert oversubscribe[1] not in launch(spread, gpus=0, cores=1)["mpi_args"]
 

@@ -319,7 +319,9 @@ class Channel:
                 target = getattr(sys, _name)
                 if self.cell is not None and target is not _stream:
                     return target.write(text)
-                if self.cell is None and not self._forked:  # a thread of the user's between cells: to the kernel
+                # A thread of the user's between cells: to the kernel. The main thread between cells runs what
+                # ipyparallel asks (%%px, apply), whose output ipykernel sends to that request.
+                if self.cell is None and not self._forked and threading.current_thread() is not threading.main_thread():
                     self._between(_name, text)
                     return len(text)
                 return _original(text)

@@ -33,6 +33,7 @@ from .ranks import Rank, format_ranks
 log = logging.getLogger("jupyter_hvd")
 
 POOL_ENV = "JUPYTER_HVD_POOL"  # every process launched for a pool carries its id, so a leftover is found again
+PMIX_LISTENER_FAILED = "The PMIx server's listener thread failed to start"  # mpiexec's words (see start_engines)
 
 # ipyparallel's launchers would print engine logs into whichever cell is running when mpiexec exits (a stop
 # is such an exit); what matters of mpiexec's output reaches the user through PoolError and death_report.
@@ -183,19 +184,29 @@ class Launcher:
             cores=os.cpu_count() or 1,
             controller_ip=self.cluster.controller_ip,
             connection_file=self.cluster.controller.connection_files["engine"],
+            directory=state.pool_directory(self.pool_id),
         )
         launch["engine_cmd"] = [sys.executable, "-m", "jupyter_hvd.engine.main"]
-        self._engine_set = self.cluster.start_engines_sync(n=opts.np, **launch)
-        self.recorded()
-        if self.client is None:
-            self.client = self.cluster.connect_client_sync()
-        self.placement.await_launch(self.engine_set())
-        try:
-            self._wait_for_engines(t0)
-        except PoolError as exc:
-            exc.hint += self.placement.start_failed_hint(self.mpiexec_output(200))
-            raise
-        return self.new_engine_ids()[: opts.np]
+        retried = False
+        while True:
+            self._engine_set = self.cluster.start_engines_sync(n=opts.np, **launch)
+            self.recorded()
+            if self.client is None:
+                self.client = self.cluster.connect_client_sync()
+            self.placement.await_launch(self.engine_set())
+            try:
+                self._wait_for_engines(t0)
+                return self.new_engine_ids()[: opts.np]
+            except PoolError as exc:
+                # Open MPI's launcher sometimes fails to open its PMIx listener while another one on the host
+                # starts or ends (seen under load): it exits at once, and a second launch works.
+                if not retried and PMIX_LISTENER_FAILED in exc.hint and time.monotonic() - t0 < 10:
+                    log.warning("mpiexec could not start its PMIx listener; launching the engines again")
+                    self.cluster.engines.pop(self._engine_set, None)
+                    retried = True
+                    continue
+                exc.hint += self.placement.start_failed_hint(self.mpiexec_output(200))
+                raise
 
     def slurm_job(self) -> str:
         """The SLURM job running the engines (--slurm), once submitted; "" otherwise."""

@@ -66,11 +66,19 @@ class Placement(ABC):
 
     @abstractmethod
     def engine_launch(
-        self, mpiexec: str, env: dict[str, str], *, gpus: int, cores: int, controller_ip: str, connection_file: str
+        self,
+        mpiexec: str,
+        env: dict[str, str],
+        *,
+        gpus: int,
+        cores: int,
+        controller_ip: str,
+        connection_file: str,
+        directory: Path,
     ) -> dict[str, Any]:
         """Arguments for ipyparallel's `Cluster.start_engines` (beside `n` and `engine_cmd`) that launch the engines
         with `mpiexec` and environment `env`, given this host's `gpus` and `cores`, the address the controller listens
-        on and the path of its engine connection file."""
+        on, the path of its engine connection file and the pool's private `directory`."""
 
     def await_launch(self, engine_set: Any) -> None:
         """Wait until the launched engines can come up at all (a job in a queue); raise PoolError if they cannot.
@@ -121,11 +129,21 @@ class OneHost(Placement):
         return super().oversubscribed(gpus, cores) or (not gpus and (self.options.np or 0) > cores)
 
     def engine_launch(
-        self, mpiexec: str, env: dict[str, str], *, gpus: int, cores: int, controller_ip: str, connection_file: str
+        self,
+        mpiexec: str,
+        env: dict[str, str],
+        *,
+        gpus: int,
+        cores: int,
+        controller_ip: str,
+        connection_file: str,
+        directory: Path,
     ) -> dict[str, Any]:
         return {
             "mpi_cmd": [mpiexec],
-            "mpi_args": self.mpi_args(gpus, cores),
+            # Open MPI's session files in the pool's private directory: removed with it (an mpiexec killed in a
+            # restart leaves its /tmp/ompi.<pid> behind), and out of other pools' way.
+            "mpi_args": [*self.mpi_args(gpus, cores), "--prtemca", "prte_tmpdir_base", str(directory)],
             "environment": {
                 **env,
                 CONNECTION_FILE_ENV: connection_file,
@@ -170,7 +188,15 @@ class Hosts(Placement):
         return hosts.controller_ip(self.host_list(), self.options.ip)
 
     def engine_launch(
-        self, mpiexec: str, env: dict[str, str], *, gpus: int, cores: int, controller_ip: str, connection_file: str
+        self,
+        mpiexec: str,
+        env: dict[str, str],
+        *,
+        gpus: int,
+        cores: int,
+        controller_ip: str,
+        connection_file: str,
+        directory: Path,
     ) -> dict[str, Any]:
         agent = setting("launch_agent")
         placing = hosts.mpiexec_args(self.host_list(), self.options.hostfile, controller_ip, env, agent)
@@ -191,7 +217,15 @@ class Slurm(Hosts):
         return self.options.ip or hosts.outward_ip()
 
     def engine_launch(
-        self, mpiexec: str, env: dict[str, str], *, gpus: int, cores: int, controller_ip: str, connection_file: str
+        self,
+        mpiexec: str,
+        env: dict[str, str],
+        *,
+        gpus: int,
+        cores: int,
+        controller_ip: str,
+        connection_file: str,
+        directory: Path,
     ) -> dict[str, Any]:
         return slurm.launcher_kwargs(self.options, env, [mpiexec, *self.mpi_args(gpus, cores)])
 

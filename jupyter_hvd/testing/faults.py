@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from .testing import Kernel
+from .kernel import Kernel
 
 HEALTHY = "%%hvd\nprint('sum', hvd.allreduce(torch.tensor([rank + 1.0]), name='healthy', op=hvd.Sum).item())"
 
@@ -228,13 +228,8 @@ def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, state_dir: Path, pref
     else:
         expected = res.status == "error" and fault.expected in text
     after = k.run(healthy, timeout=60)
-    return Outcome(
-        cycle,
-        name,
-        took,
-        took <= fault.bound_s,
-        expected,
-        after.status == "ok" and "sum 3.0" in after.stdout,
-        len(engines_of(prefix)),
-        "" if expected else text[-600:],
-    )
+    next_ok = after.status == "ok" and "sum 3.0" in after.stdout
+    detail = "" if expected else text[-600:]
+    if not next_ok:  # what the fault's cell said (a restart that failed says why there), then the next cell
+        detail = f"{text[-600:]}\n-- the next cell:\n{(after.error_text + after.stderr)[-400:]}"
+    return Outcome(cycle, name, took, took <= fault.bound_s, expected, next_ok, len(engines_of(prefix)), detail)
