@@ -1,4 +1,4 @@
-"""What goes into a pool's file (jupyter_hvd/state.py): the pool as the sidebar and the reaper see it.
+"""What goes into a pool's file (jupyter_hvd/state/): the pool as the sidebar and the reaper see it.
 
 Runs in the user's kernel. The cell runner and the watcher hand in per-rank measurements as they come; the file is
 written by the watcher thread (`publish`), so a cell never waits for file IO, and at once (`write`) when the

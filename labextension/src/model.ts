@@ -20,7 +20,7 @@ export type Action = 'interrupt' | 'restart' | 'stop' | 'where';
 export const ACTIONS: Action[] = ['where', 'interrupt', 'restart', 'stop'];
 
 /**
- * One rank as the server sends it: the pool file's rank fields (jupyter_hvd/state.py, RANK_FIELDS) plus
+ * One rank as the server sends it: the pool file's rank fields (jupyter_hvd/state/schema.py, RankRecord) plus
  * heartbeat_age. tests/test_state_schema.py fails when these names and the Python side differ.
  */
 export interface IRank {
