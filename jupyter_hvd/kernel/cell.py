@@ -29,7 +29,7 @@ from ..metrics import parse_line
 from ..widgets import CellView, plain_view
 from . import debugger, where
 from .channel import ChannelError
-from .errors import CellFailed, group_errors
+from .errors import CellFailed, group_errors, name_cell
 from .keep import Cell
 from .pool import Pool
 from .ranks import format_ranks
@@ -99,6 +99,7 @@ class CellRun:
         self.options = options
         self.number = next(_cell_numbers)  # events of this cell carry it; earlier cells' late events are dropped
         self.filename = f"<hvd-cell-{self.number}>"
+        name_cell(self.number, options.count)  # tracebacks name it as the notebook does: Cell In[count]
         self.view: CellView = options.view or plain_view(options.show_ranks)
         self.runs: dict[int, _RankRun] = {}
         self.failed_at: float | None = None
@@ -117,6 +118,7 @@ class CellRun:
         self._stall_said = False
         self.over_time: str | None = None  # why the cell was ended: it ran past options.time_limit
         self._in_debugger: set[int] = set()  # ranks whose breakpoint() waits for the user
+        self.interrupted_by = ""  # "from the sidebar": who pressed stop, when it was not the notebook's button
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
@@ -166,6 +168,8 @@ class CellRun:
                 "The pool was stopped (from the sidebar, or by a failed restart).", "%hvd_restart starts it again."
             )
         with self.pool.lock:
+            if self.pool.pending_action == "interrupt":
+                self.pool.pending_action = None  # it came for the cell before this one
             first_line = next((ln for ln in self.source.splitlines() if ln.strip()), "")
             self.pool.set_state("running", first_line[:120], publish=False)
             self.pool.file.nonfinite = None
@@ -220,8 +224,10 @@ class CellRun:
     def _carry_out_pending_action(self) -> None:
         """A restart or stop asked for from the sidebar while this cell ran."""
         action, self.pool.pending_action = self.pool.pending_action, None
-        if action == "restart":
-            self._restart("the pool was restarted from the sidebar")
+        if action == "interrupt":
+            self.interrupted_by = "from the sidebar"
+        elif action == "restart":
+            self._restart("a restart was asked for from the sidebar")
         elif action == "stop":
             self.pool.stop()
             self.lost = "The pool was stopped from the sidebar; start a new one with %hvd_start -np N."
@@ -553,7 +559,10 @@ class CellRun:
 
     def _restart(self, what: str) -> None:
         t0 = time.monotonic()
-        print(f"jupyter-hvd: {what}. Restarting the pool with the same options...", file=sys.stderr, flush=True)
+        # The whole story is told once, under the cell when the restart is done; here only what is happening.
+        print(
+            f"jupyter-hvd: {_headline(what)}: restarting the pool with the same options...", file=sys.stderr, flush=True
+        )
         try:
             came_back = self.pool.restart()
         except KeyboardInterrupt:
@@ -566,13 +575,15 @@ class CellRun:
     # ---- result --------------------------------------------------------------------------------------------
 
     def _stopped_where(self, ranks: list[int]) -> str:
-        """': rank 0 at line 3: hvd.allreduce(...)' for stopped ranks whose interrupt named a line of the cell."""
+        """': rank 0 at cell line 4: hvd.allreduce(...)' for stopped ranks whose interrupt named a line of the cell
+        (numbered as the notebook numbers it, the %%hvd line 1, as tracebacks and where.py do)."""
         places = {}
         for rank in ranks:
             record = self.runs[rank].record
             where = (record.error if record else None) or {}
             if where.get("where"):
-                places.setdefault(where["where"], []).append(rank)
+                said = re.sub(r"^line (\d+)", lambda m: f"cell line {int(m[1]) + 1}", where["where"])
+                places.setdefault(said, []).append(rank)
         if not places:
             return "."
         return ":\n" + "\n".join(f"  {format_ranks(rs)} at {w}" for w, rs in places.items())
@@ -615,7 +626,8 @@ class CellRun:
         if self.over_time:
             parts.append(self.over_time)
         elif self.reason == "interrupt" and not errors and not exits:
-            parts.append(f"Interrupted: {format_ranks(stopped or list(self.runs))} stopped.")
+            by = f" {self.interrupted_by}" if self.interrupted_by else ""
+            parts.append(f"Interrupted{by}: {format_ranks(stopped or list(self.runs))} stopped.")
         elif self.reason == "mismatch":
             pass  # the mismatch message said which ranks waited where
         elif stopped and lost is None:
@@ -637,6 +649,13 @@ class CellRun:
             hint = "The pool is ready for the next %%hvd cell."
         interrupted = self.reason == "interrupt" and not errors and not self.over_time
         raise CellFailed("\n\n".join(parts), hint, interrupted=interrupted)
+
+
+def _headline(what: str) -> str:
+    """The first words of a long explanation: 'Collectives did not match: rank 0 waits...' -> 'Collectives did not
+    match'."""
+    head = re.split(r"[:.(]\s", what, maxsplit=1)[0]
+    return head[:120]
 
 
 def _advice(runs: list[_RankRun]) -> str:

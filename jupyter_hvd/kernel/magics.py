@@ -23,7 +23,7 @@ from . import timeline as hvd_timeline
 from . import transfer as hvd_transfer
 from . import where as hvd_where
 from .cell import CellOptions, next_number, run_cell
-from .errors import PoolError
+from .errors import PoolError, syntax_error_lines
 from .options import options_from, setting, start_arguments
 from .ranks import parse_ranks
 from .words import size_text
@@ -58,20 +58,13 @@ def options_table(magic: Any) -> str:
 class CellSyntaxError(UsageError):
     """A `%%hvd` cell that does not parse, shown as a plain cell's SyntaxError: the line, a caret, the message."""
 
-    def __init__(self, exc: SyntaxError) -> None:
+    def __init__(self, exc: SyntaxError, count: int | None = None) -> None:
         super().__init__(str(exc))
         self.exc = exc
+        self.count = count
 
     def _render_traceback_(self) -> list[str]:
-        exc = self.exc
-        line = (exc.lineno or 0) + 1  # counted from the %%hvd line, as the notebook numbers the cell
-        text = (exc.text or "").rstrip("\n")
-        out = [f"  Cell line {line}", f"    {text.strip()}"]
-        if exc.offset:
-            indent = len(text) - len(text.lstrip())
-            out.append("    " + " " * max(0, exc.offset - 1 - indent) + "^")
-        out.append(f"{type(exc).__name__}: {exc.msg}")
-        return out
+        return syntax_error_lines(self.exc, self.count)
 
 
 def _cell_id(shell: Any) -> str:
@@ -184,7 +177,7 @@ class HvdMagics(Magics):
         try:  # before anything is shipped
             compile(source, "<hvd cell>", "exec")
         except SyntaxError as exc:
-            raise CellSyntaxError(exc) from None
+            raise CellSyntaxError(exc, self.shell.execution_count) from None
         pool = require_pool()
         try:
             show = parse_ranks(args.ranks, len(pool.ranks))
