@@ -133,7 +133,12 @@ class HvdMagics(Magics):
     @magic_arguments()
     @argument("--ranks", default="0", help="whose output to show: 0 (default), all, or a list like 0,2")
     @argument("--log-lines", type=int, default=10_000, metavar="N", help="lines of output shown per rank and cell")
-    @argument("--plot", default="loss", metavar="METRICS", help="metrics plotted live, e.g. loss,acc (default: loss)")
+    @argument(
+        "--plot",
+        default="all",
+        metavar="METRICS",
+        help="metrics plotted live: all (default; a panel per metric, val_ and test_ ones beside theirs) or loss,acc",
+    )
     @argument("--no-plot", action="store_true", help="live log and status only, no plot")
     @argument("--batch-size", type=int, default=None, metavar="N", help="samples per step per rank, for samples/s")
     @argument(
