@@ -119,6 +119,9 @@ class CellRun:
         self.over_time: str | None = None  # why the cell was ended: it ran past options.time_limit
         self._in_debugger: set[int] = set()  # ranks whose breakpoint() waits for the user
         self.interrupted_by = ""  # "from the sidebar": who pressed stop, when it was not the notebook's button
+        # ---- the sidebar's figures of this cell (step, loss, last line per rank) ----
+        self._steps_said: set[int] = set()  # ranks whose step comes from report(), a bar or a printed line
+        self._figures_published = 0.0  # monotonic; the sidebar's figures are written at most 4 times a second
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
@@ -174,6 +177,7 @@ class CellRun:
             self.pool.set_state("running", first_line[:120], publish=False)
             self.pool.file.nonfinite = None
             self.pool.file.straggler = None
+            self.pool.file.start_of_cell()  # the sidebar shows this cell's figures only
             try:
                 self._loop()
             finally:
@@ -347,9 +351,10 @@ class CellRun:
             parsed = parse_line(self.last_lines[rank])
             if parsed.step is not None:
                 stats["step"] = parsed.step
+                self._steps_said.add(rank)
             if "loss" in parsed.values:
                 stats["loss"] = parsed.values["loss"]
-            self.pool.update_rank_stats({rank: stats}, publish=False)
+            self._figures(rank, stats)
         if self.pool.file.nonfinite is None and ("nan" in text or "inf" in text.lower()):  # any line of the chunk
             for line in lines:
                 parsed = parse_line(line)
@@ -372,20 +377,32 @@ class CellRun:
             self._say_where("Horovod reports a stall")
 
     def _note_progress(self, rank: int, records: Any) -> None:
-        """The latest step and loss of `report()` records, for the sidebar."""
+        """For the sidebar: the latest step and loss of `report()` records and progress bars, else the steps the pace
+        timing counted on that rank (engine/pace.py: every rank's, also where a rank prints nothing)."""
         stats: dict[str, Any] = {}
         for record in records if isinstance(records, list) else [records]:
             if isinstance(record, dict):
                 if record.get("step") is not None:
                     stats["step"] = record["step"]
+                    self._steps_said.add(rank)
                 if isinstance(record.get("m"), dict) and record["m"].get("loss") is not None:
                     stats["loss"] = record["m"]["loss"]
                 for name, value in (record.get("m") or {}).items():
                     self._note_nonfinite(rank, name, value, record.get("step"))
                 if isinstance(record.get("pace"), dict):
                     self._note_pace(rank, record["pace"])
+                    if record["pace"].get("cell_steps") is not None and rank not in self._steps_said:
+                        stats["step"] = record["pace"]["cell_steps"]
         if stats:
-            self.pool.update_rank_stats({rank: stats}, publish=False)
+            self._figures(rank, stats)
+
+    def _figures(self, rank: int, stats: dict[str, Any]) -> None:
+        """A rank's new step, loss or last line for the sidebar: written soon, at most 4 times a second."""
+        self.pool.update_rank_stats({rank: stats}, publish=False)
+        now = time.monotonic()
+        if now - self._figures_published >= 0.25:
+            self._figures_published = now
+            self.pool.publish()
 
     def _note_pace(self, rank: int, pace: dict[str, Any]) -> None:
         """A rank's recent compute and wait per step (engine/pace.py): into the pool file; a straggler is named

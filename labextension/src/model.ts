@@ -79,6 +79,9 @@ export interface IPool {
   backend: string;
   hosts: string[];
   started?: number;
+  /** When the running engines started (epoch s): a restart starts new ones. */
+  engines_started?: number;
+  /** Seconds since the running engines started. */
   uptime: number;
   updated_age: number;
   cell?: string | null;
