@@ -117,6 +117,10 @@ class PoolRecord:
     straggler: Straggler | None = None
     nonfinite: Nonfinite | None = None
     problems: list[str] = field(default_factory=list)  # jupyter-hvd's own threads (and users' threads) that failed
+    where: str = ""  # where the ranks were when last asked (the sidebar's Where, the stop button, a stall)
+    kept: list[str] = field(default_factory=list)  # the names %hvd_keep keeps
+    snapshots: int = 0  # snapshots of them on disk
+    kept_bytes: int = 0  # disk those and pushed values take on the kernel's host
     processes: list[ProcessEntry] = field(default_factory=list)
     slurm_job: str = ""  # the SLURM job running the engines (--slurm): cancelled if the kernel dies
     boot_id: str = ""  # the boot the start times count from
@@ -354,7 +358,7 @@ def kernel_alive(data: dict[str, Any]) -> bool:
     return _same_process(data.get("kernel_pid"), data.get("kernel_started"), data.get("boot_id", "")) is not None
 
 
-ACTIONS = ("interrupt", "restart", "stop")
+ACTIONS = ("interrupt", "restart", "stop", "where")
 
 
 def action_file(pool_id: str) -> Path:

@@ -205,3 +205,24 @@ def test_rewind_goes_back_to_an_earlier_snapshot_in_the_running_pool_and_tags_ke
     assert (epoch, same) == ("1", "True"), r.stdout
     status = k.run("%hvd_status").stdout
     assert "Snapshots on disk:" in status, status
+
+
+def test_a_snapshot_whose_files_are_gone_falls_back_to_the_one_before(kernel):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run("%%hvd --setup\nsteps = 0").status == "ok"
+    assert k.run("%hvd_keep steps").status == "ok"
+    assert k.run("%%hvd\nsteps = 1").status == "ok"
+    assert k.run("%%hvd\nsteps = 2").status == "ok"
+    assert "Last snapshot (#3)" in k.run("%hvd_keep").stdout  # every rank's part is written
+    # The newest snapshot's files disappear (a cleaned disk): both ranks' parts of it.
+    code = (
+        "from jupyter_hvd.kernel import pool\nimport shutil\np = pool.current()\n"
+        "g = p.keeper.snapshots.newest()\nfor r, part in g.parts.items():\n"
+        "    shutil.rmtree(p.directory / 'kept' / f'rank-{r}' / f'{part[0]:08d}-{part[1]:04d}')\nprint('@@', g.number)"
+    )
+    gone = k.run(code).stdout.split("@@ ")[1].strip()
+    r = k.run("%hvd_restart", timeout=120)
+    assert r.status == "ok", r.error_text
+    assert f"snapshot #{gone} could not be read on any rank" in r.stdout and "restored steps" in r.stdout, r.stdout
+    assert "steps 1" in k.run("%%hvd\nprint('steps', steps)").stdout

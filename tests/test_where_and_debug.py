@@ -130,3 +130,29 @@ def test_breakpoint_in_a_cell_stops_that_rank_in_pdb_and_the_others_wait_for_it(
     assert "\n5\n" in r.stdout and "\n99\n" in r.stdout, r.stdout
     assert "rank 0 y 5 2.0" in r.stdout, r.stdout
     healthy(k)
+
+
+def test_the_sidebars_where_answers_during_a_cell_and_between_cells(kernel):
+    import json
+
+    from jupyter_hvd import state
+
+    k = kernel
+    pool_id = k.run("from jupyter_hvd.kernel import pool\nprint(pool.current().id)").stdout.strip()
+
+    def ask(_result) -> None:
+        threading.Timer(1.5, state.request_action, (pool_id, "where")).start()
+
+    r = k.run(STUCK.replace("time.sleep(60)", "time.sleep(5)"), timeout=60, on_start=ask)
+    assert r.status == "ok", r.error_text
+    assert "Asked from the sidebar. Where the ranks were:" in r.stderr, r.stderr
+    assert "rank 1: in load_batch() (cell line 4) -> time.sleep(5)" in r.stderr, r.stderr
+    state.request_action(pool_id, "where")
+    path = next(state.state_dir().glob(f"pool-{pool_id}.json"))
+    deadline = time.monotonic() + 15
+    where = ""
+    while time.monotonic() < deadline and "idle (no cell running)" not in where:
+        time.sleep(0.5)
+        where = json.loads(path.read_text()).get("where", "")
+    assert "ranks 0-1: idle (no cell running)" in where, where
+    healthy(k)

@@ -279,6 +279,9 @@ class CellRun:
             self._check_liveness()
         if self.reason is None:
             self._check_mismatch()
+        if self.pool.where_asked:
+            self.pool.where_asked = False
+            self._say_where("Asked from the sidebar")
         limit = self.options.time_limit
         if self.reason is None and limit is not None and time.monotonic() - self._started > limit:
             self.over_time = f"It ran longer than {limit:g} s, the limit of such a cell, and was ended."
@@ -338,9 +341,12 @@ class CellRun:
                 )
 
     def _say_where(self, why: str) -> None:
-        """Where every rank is now, under the cell (kernel/where.py); events that arrive meanwhile are handled."""
+        """Where every rank is now, under the cell and in the sidebar (kernel/where.py); events that arrive meanwhile
+        are handled."""
         text = where.ask(self.pool, self.options.where_full, other=self._handle)
         print(f"jupyter-hvd: {why}. Where the ranks were:\n{text}", file=sys.stderr, flush=True)
+        self.pool.file.where = f"{time.strftime('%H:%M:%S')} ({why.lower()})\n{text}"
+        self.pool.publish()
 
     def _note_last_line(self, rank: int, text: str) -> None:
         lines = [ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()]

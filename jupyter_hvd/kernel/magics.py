@@ -305,7 +305,7 @@ class HvdMagics(Magics):
             )
         if pool.keeper.names:
             print(pool.keeper.listing())
-            print(f"Snapshots on disk: {size_text(restart.disk_used(pool))} (%hvd_snapshots lists them).")
+            print(f"Snapshots on disk: {size_text(pool.disk_used())} (%hvd_snapshots lists them).")
         dropped = pool.channel.dropped_text() if pool.channel is not None else ""
         if dropped:
             print(dropped)
@@ -412,7 +412,7 @@ class HvdMagics(Magics):
                 pool.channel.drain()
                 for rank, prune in pool.keeper.snapshots.expire().items():
                     pool.channel.send(rank, prune)
-        print(pool.keeper.snapshots.listing(restart.disk_used(pool)))
+        print(pool.keeper.snapshots.listing(pool.disk_used()))
 
     @line_magic
     @magic_arguments()
@@ -477,7 +477,7 @@ class HvdMagics(Magics):
             pool.keeper,
             pool.options,
             args.sbatch,
-            restart.pushed_directory(pool),
+            pool.pushed_dir,
             notebook,
             pool.torch_distributed,
         )

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import ipyparallel as ipp
@@ -29,6 +30,7 @@ from .options import HvdPool
 from .pool_file import PoolFile
 from .ranks import Rank, format_ranks, rank_table
 from .watcher import PoolWatcher
+from .where import ask as where_ranks_are
 
 log = logging.getLogger("jupyter_hvd")
 
@@ -89,6 +91,7 @@ class Pool:
         self.coming_back = ""  # what the restart brings back at the moment ("replaying setup entry 2 of 3")
         self.last_failed: list[int] = []  # the ranks that raised in the last failed cell (%hvd_debug's default)
         self.announcements: list[str] = []  # what happened between cells (a sidebar action): said under the next cell
+        self.where_asked = False  # the sidebar asked where the ranks are: the running cell answers
         self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
     # ---- what the pool file shows (kernel/pool_file.py reads these) ----------------------------------------
@@ -100,6 +103,41 @@ class Pool:
     @property
     def np(self) -> int:
         return int(self.options.np or 0)
+
+    @property
+    def kept_dir(self) -> Path:
+        """Where the ranks write the snapshots of kept names (in the pool's private directory)."""
+        return self.directory / "kept"
+
+    @property
+    def pushed_dir(self) -> Path:
+        """Where pushed values are kept for replays and exports."""
+        return self.directory / "pushed"
+
+    def disk_used(self) -> int:
+        """Bytes the pool's snapshots and pushed values take on this host (data shared by links counted once)."""
+        seen: set[int] = set()
+        total = 0
+        for folder in (self.kept_dir, self.pushed_dir):
+            for root, _, files in os.walk(folder):
+                for name in files:
+                    try:
+                        st = os.lstat(os.path.join(root, name))
+                    except OSError:
+                        continue
+                    if st.st_ino not in seen:
+                        seen.add(st.st_ino)
+                        total += st.st_size
+        return total
+
+    def kept_summary(self) -> dict[str, Any]:
+        """What is kept, for the pool file: the names, how many snapshots, the disk they take."""
+        names = list(self.keeper.names)
+        return {
+            "kept": names,
+            "snapshots": len(self.keeper.snapshots.complete()) if names else 0,
+            "kept_bytes": self.disk_used() if names or self.keeper.journal else 0,
+        }
 
     def channel_problems(self) -> list[str]:
         return [f"rank {rank}: {text}" for rank, text in (self.channel.problems if self.channel else [])]
@@ -283,6 +321,18 @@ class Pool:
             return self.bring_back(self)
         finally:
             self._bringing_back = False
+
+    def answer_where(self) -> None:
+        """The sidebar asked where the ranks are, between cells: into the pool file (a running cell answers itself,
+        kernel/cell.py)."""
+        if not self.where_asked or self.busy_cell is not None or not self.lock.acquire(blocking=False):
+            return
+        try:
+            self.where_asked = False
+            self.file.where = f"{time.strftime('%H:%M:%S')}\n{where_ranks_are(self)}"
+            self.publish()
+        finally:
+            self.lock.release()
 
     def initialised(self) -> str:
         """What the engines have: 'Horovod initialised', 'Horovod and torch.distributed (Gloo) initialised', or

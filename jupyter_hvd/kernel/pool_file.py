@@ -36,6 +36,8 @@ class PoolView(Protocol):
 
     def channel_problems(self) -> list[str]: ...
 
+    def kept_summary(self) -> dict[str, Any]: ...
+
 
 class PoolFile:
     """The pool file of one pool and the measurements only it keeps (step, loss, load per rank; NaN and straggler
@@ -47,6 +49,7 @@ class PoolFile:
         self.kernel_problems: list[str] = []
         self.nonfinite: state.Nonfinite | None = None  # where a metric of the running or last cell became NaN/Inf
         self.straggler: state.Straggler | None = None  # the rank that set the pace of the running or last cell
+        self.where = ""  # where the ranks were when last asked
         self.processes: list[dict[str, Any]] = []
         self.slurm_job = ""  # the engines' SLURM job, for the reaper to cancel if the kernel dies
         self._lock = threading.Lock()
@@ -107,6 +110,8 @@ class PoolFile:
                 nonfinite=self.nonfinite,
                 straggler=self.straggler,
                 engines_started=self.engines_started or pool.started_at,
+                where=self.where,
+                **pool.kept_summary(),
                 **self._identity,
             )
             state.write_pool(self.path, record)

@@ -12,9 +12,7 @@ Runs in the user's kernel. The pool calls `bring_back` after every restart (Pool
 
 from __future__ import annotations
 
-import os
 import shutil
-from pathlib import Path
 
 from .. import wire
 from . import restore, transfer
@@ -23,33 +21,6 @@ from .pool import LOST, Pool, set_current
 from .snapshots import Generation
 
 ATTEMPTS = 3  # times the engines may be lost while coming back before the pool gives up
-
-
-def kept_directory(pool: Pool) -> Path:
-    """Where the ranks write the snapshots: in the pool's private directory (beside its channel's sockets)."""
-    return pool.directory / "kept"
-
-
-def pushed_directory(pool: Pool) -> Path:
-    """Where pushed values are kept for replays and exports."""
-    return pool.directory / "pushed"
-
-
-def disk_used(pool: Pool) -> int:
-    """Bytes the pool's snapshots and pushed values take on this host (data shared by links counted once)."""
-    seen: set[int] = set()
-    total = 0
-    for folder in (kept_directory(pool), pushed_directory(pool)):
-        for root, _, files in os.walk(folder):
-            for name in files:
-                try:
-                    st = os.lstat(os.path.join(root, name))
-                except OSError:
-                    continue
-                if st.st_ino not in seen:
-                    seen.add(st.st_ino)
-                    total += st.st_size
-    return total
 
 
 def bring_back(pool: Pool) -> str:
@@ -103,11 +74,24 @@ def _bring_back_once(pool: Pool) -> str:
             said.append(f"no snapshot of {', '.join(keeper.names)} was written yet, so nothing was restored")
         else:
             pool.coming_back = f"restoring {', '.join(keeper.names)}"
-            result = restore.load(pool, target, str(kept_directory(pool)), keeper.names)
+            result = restore.load(pool, target, str(pool.kept_dir), keeper.names)
+            while result.get("unreadable") and pool.engines_started == started and not pool.stopped:
+                # Its files are gone (a disk cleaned, a node changed): the newest snapshot before it instead.
+                gone = target
+                keeper.snapshots.drop(gone)
+                target = keeper.snapshots.target()
+                said.append(f"snapshot #{gone.number} could not be read on any rank (its files are gone)")
+                if target is None:
+                    break
+                keeper.snapshots.pin(target)
+                result = restore.load(pool, target, str(pool.kept_dir), keeper.names)
             if pool.stopped:
                 return "the pool was stopped during the restore: %hvd_restart starts it again"
             if pool.engines_started != started:
                 return f"the engines were lost during the restore ({restore.words(result)})"
+            if target is None:
+                said.append("no other snapshot is left, so nothing was restored")
+                return "; ".join(said)
             said.append(restore.words(result))
             whole = not result["error"] and not result["failed"]
             if whole and not replay_failed:
@@ -135,7 +119,7 @@ def _replay(pool: Pool, entry: Cell | Push) -> str:
     """Replay one journal entry; '' or why it failed."""
     if isinstance(entry, Push):
         try:
-            transfer.send(pool, transfer.load(pushed_directory(pool) / entry.file))
+            transfer.send(pool, transfer.load(pool.pushed_dir / entry.file))
         except (OSError, transfer.TransferError) as exc:
             return str(exc)
         return ""
@@ -148,7 +132,7 @@ def configure(pool: Pool) -> None:
     if pool.channel is None:
         return
     pool.keeper.snapshots.ranks = len(pool.ranks)
-    request = wire.Keep(list(pool.keeper.names), str(kept_directory(pool)))
+    request = wire.Keep(list(pool.keeper.names), str(pool.kept_dir))
     for r in pool.ranks:
         pool.channel.send(r.rank, request)
 
@@ -157,18 +141,18 @@ def journal_push(pool: Pool, payload: transfer.Payload, count: int | None, cell_
     """A push reached every rank: keep its values for the replay after a restart, in the journal's order."""
     number = sum(isinstance(e, Push) for e in pool.keeper.journal) + len(pool.keeper.cells) + 1
     file = f"push-{number}-{'-'.join(payload.names)[:60]}.bin"
-    transfer.save(payload, pushed_directory(pool) / file)
+    transfer.save(payload, pool.pushed_dir / file)
     replaced = [e for e in pool.keeper.journal if isinstance(e, Push) and cell_id and e.cell_id == cell_id]
     pool.keeper.record_push(Push(list(payload.names), file, count, cell_id, payload.nbytes))
     for old in replaced:
-        (pushed_directory(pool) / old.file).unlink(missing_ok=True)
+        (pool.pushed_dir / old.file).unlink(missing_ok=True)
 
 
 def rewind(pool: Pool, generation: Generation) -> str:
     """%hvd_rewind: load an earlier snapshot into the running pool, without a restart."""
     with pool.lock:
         configure(pool)
-        result = restore.load(pool, generation, str(kept_directory(pool)), pool.keeper.names)
+        result = restore.load(pool, generation, str(pool.kept_dir), pool.keeper.names)
     if not result["error"] and not result["failed"]:
         pool.keeper.snapshots.unpin()
     return restore.words(result)
@@ -180,15 +164,15 @@ def restart(pool: Pool, fresh: bool = False) -> tuple[Pool, str]:
     Returns the running pool and what came back."""
     if fresh:
         pool.keeper.clear()
-        shutil.rmtree(kept_directory(pool), ignore_errors=True)
-        shutil.rmtree(pushed_directory(pool), ignore_errors=True)
+        shutil.rmtree(pool.kept_dir, ignore_errors=True)
+        shutil.rmtree(pool.pushed_dir, ignore_errors=True)
     if pool.stopped:
         old = pool
         pool = Pool.start(old.options)
         pool.keeper = old.keeper  # what the old pool kept comes back on the new one
-        for folder in (kept_directory, pushed_directory):
-            if folder(old).is_dir():
-                shutil.copytree(folder(old), folder(pool), dirs_exist_ok=True)
+        for old_dir, new_dir in ((old.kept_dir, pool.kept_dir), (old.pushed_dir, pool.pushed_dir)):
+            if old_dir.is_dir():
+                shutil.copytree(old_dir, new_dir, dirs_exist_ok=True)
         shutil.rmtree(old.directory, ignore_errors=True)
         pool.bring_back = bring_back
         set_current(pool)

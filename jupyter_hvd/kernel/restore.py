@@ -100,6 +100,7 @@ def load(pool: Pool, generation: Generation, directory: str, kept: list[str]) ->
         r: {n: why for n, why in a.get("failed", {}).items() if n in kept or n == "*"} for r, a in answers.items()
     }
     result["failed"].update(_failures(prepared, len(pool.ranks)))
+    result["unreadable"] = all("*" in a.get("failed", {}) for a in answers.values())
     ready = [n for n in names if all(n in a.get("ok", []) for a in answers.values())]
     if not ready:
         return result

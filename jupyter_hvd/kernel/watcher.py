@@ -71,6 +71,10 @@ class Watched(Protocol):
 
     def interrupt(self, ranks: list[int]) -> None: ...
 
+    where_asked: bool
+
+    def answer_where(self) -> None: ...
+
     def restart(self, planned: bool = False) -> str: ...
 
     def stop(self) -> None: ...
@@ -151,6 +155,11 @@ class PoolWatcher(threading.Thread):
 
     def carry_out(self, action: str) -> None:
         pool = self.pool
+        if action == "where":
+            pool.where_asked = True  # a running cell answers on its own thread; between cells the main loop does
+            if pool.busy_cell is None and self._main_loop is not None and not self._main_loop.is_closed():
+                self._main_loop.call_soon_threadsafe(pool.answer_where)
+            return
         if action == "interrupt" or pool.busy_cell is not None:
             # A running cell ends through its own wind-down; restart/stop then run on the main thread.
             pool.interrupt([r.rank for r in pool.ranks])

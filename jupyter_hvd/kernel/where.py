@@ -24,11 +24,23 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
 from .. import wire
 from .channel import ChannelError
-from .pool import Pool
 from .ranks import format_ranks
+
+
+class Pooled(Protocol):
+    """What taking the picture reads of a pool (kernel/pool.py)."""
+
+    channel: Any
+    ranks: list[Any]
+
+    def frozen_ranks(self) -> list[int]: ...
+
+    def dead_ranks(self) -> list[int]: ...
+
 
 ANSWER_S = 1.0  # how long ranks have to answer before py-spy reads them from outside
 PYSPY_S = 5.0
@@ -96,7 +108,7 @@ def grouped(lines: dict[int, str]) -> str:
     return "\n".join(f"{format_ranks(ranks)}: {text}" for text, ranks in groups.items())
 
 
-def ask(pool: Pool, full: bool = False, other: Callable[[wire.Event], None] | None = None) -> str:
+def ask(pool: Pooled, full: bool = False, other: Callable[[wire.Event], None] | None = None) -> str:
     """Where every rank of `pool` is now, in words (grouped); `other` gets the events that arrive meanwhile (a running
     cell's output), so none is lost."""
     channel = pool.channel

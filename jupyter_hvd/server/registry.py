@@ -69,7 +69,8 @@ class PoolRegistry:
         raise UnknownPool(pool_id)
 
     def act(self, pool_id: str, action: str, kernel_ids: Iterable[str]) -> str:
-        """Ask the pool's kernel to interrupt, restart or stop it; a stale pool can only be stopped (cleaned up).
+        """Ask the pool's kernel to interrupt, restart or stop it, or where its ranks are; a stale pool can only be
+        stopped (cleaned up).
 
         Returns what was done: "requested" (the kernel will carry it out within about a second) or "cleaned".
         Raises UnknownPool, or ValueError for an unknown action or one a stale pool cannot take.
@@ -154,4 +155,8 @@ def describe(
         "straggler": data.get("straggler"),
         "nonfinite": data.get("nonfinite"),
         "problems": data.get("problems") or [],
+        "where": data.get("where") or "",
+        "kept": data.get("kept") or [],
+        "snapshots": int(data.get("snapshots") or 0),
+        "kept_bytes": int(data.get("kept_bytes") or 0),
     }

@@ -19,6 +19,7 @@ const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" wi
 export const hvdIcon = new LabIcon({ name: 'jupyter-hvd:pools', svgstr: ICON_SVG });
 
 const LABELS: Record<Action, string> = {
+  where: 'Where are the ranks of the jupyter-hvd pool (cell line, function, collective)',
   interrupt: 'Interrupt jupyter-hvd pool (stops the running cell on all ranks)',
   restart: 'Restart jupyter-hvd pool (same options)',
   stop: 'Stop jupyter-hvd pool'

@@ -15,9 +15,9 @@ export type PoolState =
 
 export type RankState = 'idle' | 'busy' | 'stalled' | 'dead';
 
-export type Action = 'interrupt' | 'restart' | 'stop';
+export type Action = 'interrupt' | 'restart' | 'stop' | 'where';
 
-export const ACTIONS: Action[] = ['interrupt', 'restart', 'stop'];
+export const ACTIONS: Action[] = ['where', 'interrupt', 'restart', 'stop'];
 
 /**
  * One rank as the server sends it: the pool file's rank fields (jupyter_hvd/state.py, RANK_FIELDS) plus
@@ -90,6 +90,12 @@ export interface IPool {
   nonfinite?: INonfinite | null;
   /** jupyter-hvd's own threads that failed. */
   problems?: string[];
+  /** Where the ranks were when last asked (Where, the stop button, a stall): a time, then one line per place. */
+  where?: string;
+  /** The names %hvd_keep keeps, their snapshots on disk, and the disk those take. */
+  kept?: string[];
+  snapshots?: number;
+  kept_bytes?: number;
 }
 
 export interface IPoolList {
@@ -115,6 +121,16 @@ export function formatDuration(seconds: number | null | undefined): string {
 }
 
 /** Megabytes as "812 MB" or "3.2 GB". */
+/** "Kept: model, opt · 3 snapshots · 286 MB", or '' where nothing is kept. */
+export function formatKept(p: IPool): string {
+  if (!p.kept || !p.kept.length) {
+    return '';
+  }
+  const n = p.snapshots || 0;
+  const size = formatMegabytes((p.kept_bytes || 0) / 2 ** 20);
+  return `Kept: ${p.kept.join(', ')} · ${n} snapshot${n === 1 ? '' : 's'} · ${size} on disk`;
+}
+
 export function formatMegabytes(mb: number | null | undefined): string {
   if (mb === null || mb === undefined) {
     return '–';
@@ -264,7 +280,7 @@ export function allowedActions(p: IPool): Action[] {
     return [];
   }
   if (p.state === 'idle' || p.state === 'starting' || p.state === 'failed') {
-    return ['restart', 'stop'];
+    return ['where', 'restart', 'stop'];
   }
   return ACTIONS;
 }

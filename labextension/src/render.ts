@@ -5,6 +5,7 @@
 
 import {
   allowedActions,
+  formatKept,
   formatDuration,
   formatLoss,
   formatLossShort,
@@ -19,7 +20,7 @@ import {
   poolWarnings
 } from './model';
 
-const LABELS = { interrupt: 'Interrupt', restart: 'Restart', stop: 'Stop' };
+const LABELS = { where: 'Where', interrupt: 'Interrupt', restart: 'Restart', stop: 'Stop' };
 
 function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -127,15 +128,31 @@ export function renderPool(p: IPool): HTMLElement {
   }
   const actions = el('div', 'jp-HvdPool-actions');
   const allowed = allowedActions(p);
-  for (const action of ['interrupt', 'restart', 'stop'] as const) {
+  for (const action of ['where', 'interrupt', 'restart', 'stop'] as const) {
     const button = el('button', 'jp-mod-styled jp-HvdPool-action', LABELS[action]);
     button.dataset.action = action;
     button.dataset.poolId = p.id;
     button.disabled = !allowed.includes(action);
-    button.title = p.stale && action === 'stop' ? 'Its kernel died: kill what is left of the pool' : LABELS[action];
+    button.title =
+      p.stale && action === 'stop'
+        ? 'Its kernel died: kill what is left of the pool'
+        : action === 'where'
+          ? 'Where every rank is now: cell line, function, the collective it waits in'
+          : LABELS[action];
     actions.appendChild(button);
   }
   box.appendChild(actions);
+  const kept = formatKept(p);
+  if (kept) {
+    box.appendChild(el('div', 'jp-HvdPool-meta jp-HvdPool-kept', kept));
+  }
+  if (p.where) {
+    const [at, ...places] = p.where.split('\n');
+    const where = el('div', 'jp-HvdPool-where', '');
+    where.appendChild(el('div', 'jp-HvdPool-whereTitle', `Where the ranks were at ${at}`));
+    where.appendChild(el('pre', 'jp-HvdPool-wherePlaces', places.join('\n')));
+    box.appendChild(where);
+  }
   for (const w of poolWarnings(p)) {
     const line = el('div', 'jp-HvdPool-warning', `⚠ ${w.text}`);
     line.dataset.kind = w.kind;

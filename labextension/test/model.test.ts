@@ -5,6 +5,7 @@ import {
   choosePool,
   confirmation,
   formatDuration,
+  formatKept,
   formatLossShort,
   formatMemory,
   formatPace,
@@ -104,8 +105,15 @@ describe('actions', () => {
 
   it('offers only Stop (clean-up) for a pool whose kernel died, and no Interrupt when idle', () => {
     expect(allowedActions(pool({ stale: true, state: 'stale' }))).toEqual(['stop']);
-    expect(allowedActions(pool())).toEqual(['restart', 'stop']);
-    expect(allowedActions(pool({ state: 'running' }))).toEqual(['interrupt', 'restart', 'stop']);
+    expect(allowedActions(pool())).toEqual(['where', 'restart', 'stop']);
+    expect(allowedActions(pool({ state: 'running' }))).toEqual(['where', 'interrupt', 'restart', 'stop']);
+  });
+
+  it('says what is kept, how many snapshots and the disk they take', () => {
+    expect(formatKept(pool())).toBe('');
+    expect(formatKept(pool({ kept: ['model', 'opt'], snapshots: 3, kept_bytes: 300 * 2 ** 20 }))).toBe(
+      'Kept: model, opt · 3 snapshots · 300 MB on disk'
+    );
   });
 
   it('a command acts on the current notebook pool, else the selected one, else the only one', () => {

@@ -117,15 +117,28 @@ describe('sidebar rendering', () => {
         (b as HTMLButtonElement).disabled
       ]);
     expect(buttons('hvd-1-1')).toEqual([
+      ['where', false],
       ['interrupt', true],
       ['restart', false],
       ['stop', false]
     ]);
     expect(buttons('hvd-2-2')).toEqual([
+      ['where', true],
       ['interrupt', true],
       ['restart', true],
       ['stop', false]
     ]);
+  });
+
+  it('shows where the ranks were, one line per place, and what is kept', () => {
+    const root = document.createElement('div');
+    const where = "10:42:07 (asked from the sidebar)\nrank 0: waiting in allreduce 'grad' (cell line 7)\nrank 1: in f()";
+    renderPools(root, [pool({ where, kept: ['model'], snapshots: 1, kept_bytes: 2 ** 20 })]);
+    expect(root.querySelector('.jp-HvdPool-whereTitle')!.textContent).toBe(
+      'Where the ranks were at 10:42:07 (asked from the sidebar)'
+    );
+    expect(root.querySelector('.jp-HvdPool-wherePlaces')!.textContent).toContain("rank 1: in f()");
+    expect(root.querySelector('.jp-HvdPool-kept')!.textContent).toBe('Kept: model · 1 snapshot · 1 MB on disk');
   });
 
   it('keeps showing the pools with an error line when the server stops answering', () => {
