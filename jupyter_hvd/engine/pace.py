@@ -95,11 +95,11 @@ def _step(start: float, end: float) -> None:
         _cell, _last_end, _compute, _wait, _steps, _window_start, _cell_steps = cell, None, 0.0, 0.0, 0, start, 0
     if cell is None:
         return
+    _cell_steps += 1  # every wait ends a step, the first one too (its compute began with the cell)
     if _last_end is not None:
         _compute += start - _last_end
         _wait += end - start
         _steps += 1
-        _cell_steps += 1
     _last_end = end
     if _steps and end - _window_start >= SEND_EVERY_S:
         _summarise(end)
