@@ -96,6 +96,7 @@ class Curves:
         self.step: float | None = None
         self.total: int | None = None
         self.desc: str | None = None  # the progress bar's description ("epoch 3")
+        self.epoch: float | None = None  # the last epoch the status rank printed (the status line's, without a step)
         self._samples: dict[int, deque[tuple[float, int]]] = {}
         self._seen_samples: dict[int, float] = {}
         self._steps: deque[tuple[float, float]] = deque()
@@ -155,6 +156,8 @@ class Curves:
         if rank == self.lead:
             if position is not None:
                 self._position = position
+            if parsed.epoch is not None:
+                self.epoch = parsed.epoch
             if parsed.total is not None and self.total is None:
                 self.total = parsed.total
             if parsed.step is not None:

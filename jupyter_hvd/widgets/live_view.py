@@ -201,6 +201,7 @@ class LiveView:
             "state": self.state,
             "ranks": self.ranks,
             "step": c.step,
+            "epoch": c.epoch,
             "total": c.total,
             "desc": c.desc,
             "samples_per_s": c.samples_per_second(),
@@ -218,6 +219,8 @@ class LiveView:
         bits = [STATES[s["state"]], f"{s['ranks']} ranks"]
         if s["step"] is not None:
             bits.append(f"step {s['step']:g}" + (f"/{s['total']}" if s["total"] else ""))
+        elif s["epoch"] is not None:
+            bits.append(f"epoch {s['epoch']:.4g}")
         if s["samples_per_s"]:
             bits.append(f"{s['samples_per_s']:,.0f} samples/s")
         elif s["steps_per_s"]:

@@ -37,6 +37,7 @@ export function formatStatus(status, elapsed) {
   if (status.desc) bits.push(status.desc);
   if (status.step !== null && status.step !== undefined)
     bits.push(`step ${formatTick(status.step)}${status.total ? `/${status.total.toLocaleString("en-US")}` : ""}`);
+  else if (status.epoch !== null && status.epoch !== undefined) bits.push(`epoch ${formatNumber(status.epoch)}`);
   if (status.samples_per_s) bits.push(`${Math.round(status.samples_per_s).toLocaleString("en-US")} samples/s`);
   else if (status.steps_per_s) bits.push(`${formatRate(status.steps_per_s)} steps/s`);
   bits.push(`${formatDuration(elapsed)} elapsed`);

@@ -13,7 +13,6 @@ export const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "
 export const X_LABELS = { step: "step", epoch: "epoch", samples: "samples", time: "time (s)" };
 const COUNTS = new Set(["step", "epoch", "samples"]); // whole-number ticks
 const INTEGER_INCRS = [1, 2, 5].flatMap((m) => Array.from({ length: 10 }, (_, p) => m * 10 ** p)).sort((a, b) => a - b);
-const MARK_POINTS = 60; // a curve with at most this many points also marks each point
 
 /** Per series: is x non-decreasing from index `from` on, starting at or after `after`? */
 function increasing(s, from, after) {
@@ -212,7 +211,14 @@ export class PlotPanel {
     const font = `11px ${themeColour(this.root, "--jp-ui-font-family", "sans-serif")}`;
     const axis = { stroke: text, font, labelFont: font, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
     const kind = series[0].xKind;
-    const xAxis = { ...axis, label: X_LABELS[kind] ?? kind, labelSize: 16, values: (u, splits) => splits.map(formatTick) };
+    const xAxis = {
+      ...axis,
+      label: X_LABELS[kind] ?? kind,
+      size: 28,
+      labelSize: 14,
+      labelGap: 0,
+      values: (u, splits) => splits.map(formatTick),
+    };
     if (COUNTS.has(kind)) {
       xAxis.incrs = INTEGER_INCRS;
       xAxis.splits = (u, i, min, max, incr) => {
@@ -229,14 +235,15 @@ export class PlotPanel {
       legend: { show: false }, // the head shows the latest values, the readout the values under the pointer
       cursor: { y: false, drag: { x: true, y: false, setScale: true }, points: { size: 7 } },
       scales: { x: { time: false }, y: this.settings.logY ? { distr: 3, log: 10 } : {} },
-      axes: [xAxis, { ...axis, size: 58, values: (u, splits) => splits.map(formatNumber) }],
+      // A log scale's minor ticks come as null: they stay unlabelled.
+      axes: [xAxis, { ...axis, size: 58, values: (u, splits) => splits.map((v) => (v === null ? "" : formatNumber(v))) }],
       series: [
         { label: X_LABELS[kind] ?? kind },
         ...series.flatMap((s, k) => {
           const stroke = COLOURS[k % COLOURS.length];
           const show = !this.hidden.has(s.key);
           return [
-            { label: s.name, stroke, width: 1.5, show, points: { show: s.n <= MARK_POINTS, size: 4, fill: stroke } },
+            { label: s.name, stroke, width: 1.5, show, points: { size: 4, fill: stroke } }, // marked while sparse
             { label: `${s.name} (smoothed)`, stroke, width: 4, alpha: 0.3, show, points: { show: false } },
           ];
         }),

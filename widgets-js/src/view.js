@@ -7,7 +7,7 @@ import { formatStatus } from "./format.js";
 import { LogView } from "./log.js";
 import { PlotPanel } from "./plot.js";
 import { panels } from "./series.js";
-import { SMOOTHING, smoothingFor } from "./smooth.js";
+import { SMOOTHING, SMOOTH_FROM, smoothingFor } from "./smooth.js";
 
 /**
  * Draw `store` into `el`. `config`: plots (the --plot patterns, or ["all"]), ranks (the shown ranks), smoothing (null:
@@ -56,10 +56,10 @@ export function mountView(el, store, config) {
     const most = Math.max(0, ...[...store.series.series.values()].map((s) => s.n));
     const auto = settings.smoothing === null;
     const weight = auto ? smoothingFor(most) : settings.smoothing;
-    slider.value = String(auto ? SMOOTHING : settings.smoothing);
+    slider.value = String(weight);
     smoothValue.textContent = weight > 0 ? weight.toFixed(2) : "off";
     smoothLabel.title = auto
-      ? `automatic: ${SMOOTHING} (TensorBoard's weight, debiased) from 20 points on, off below`
+      ? `automatic: ${SMOOTHING} (TensorBoard's weight, debiased) from ${SMOOTH_FROM} points on, off below; double-click: automatic again`
       : "the weight of the moving average (TensorBoard's, debiased); 0 is off";
     smoothLabel.dataset.auto = String(auto);
     logButton.setAttribute("aria-pressed", String(settings.logY));
