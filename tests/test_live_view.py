@@ -455,6 +455,21 @@ def test_a_failed_cell_ends_the_view_as_stopped_and_shows_the_error(live: LiveKe
     assert final["data"][MIME]["status"]["state"] == "failed"
 
 
+def test_every_failed_cell_ends_with_the_same_status_line(live: LiveKernel) -> None:
+    """A quick NameError (no view shown yet) and a ValueError after some output end alike: a status line, then the
+    error."""
+    quick = live.run("%%hvd\nundefined_name")
+    late = live.run("%%hvd\nimport time\nprint('working', flush=True)\ntime.sleep(0.3)\nraise ValueError('boom')")
+    statuses = []
+    for run in (quick, late):
+        assert run.errors
+        (final,) = saved_outputs(run)
+        statuses.append(final["data"][MIME]["status"])
+        assert final["data"]["text/plain"].splitlines()[-1].startswith("[jupyter-hvd] stopped (error or interrupt)")
+    assert [s["state"] for s in statuses] == ["failed", "failed"]
+    assert not quick.of("comm_open"), "a quick failed cell needs no widget for its status line"
+
+
 def test_a_quick_silent_cell_shows_no_view_and_a_long_one_does(live: LiveKernel) -> None:
     quick = live.run("%%hvd\nimport torch\nmodel = torch.nn.Linear(4, 2)")
     assert not quick.of("comm_open") and not quick.of("display_data") and not quick.errors

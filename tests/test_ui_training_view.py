@@ -45,12 +45,14 @@ for i in bar:
     bar.set_postfix(loss=1.0 / (i + 1) + 0.01 * rank)
 """
 
-NEXT = """%%hvd
+NEXT = """%%hvd --ranks all
 import time
 time.sleep(2.5)
 for i in range(60):
     hvd.allreduce(torch.ones(2), name="again")
     time.sleep(0.05)
+    if i % 20 == 0:
+        print(f"rank {rank} at {i}")
 """
 
 CELLS = ["%load_ext jupyter_hvd\n%hvd_start -np 2", SHORT, LONG, TQDM, NEXT]
@@ -113,6 +115,14 @@ def test_training_reads_honestly_and_the_notebook_reopens_clean(app: dict[str, o
     assert not any(x["loss"] != "–" for s in samples[cleared:] for x in s), "the last cell's loss came back"
     assert any(all(is_number(x["step"]) for x in s) for s in samples[cleared:]), samples[-3:]
     assert [x["step"] for x in r["sidebarAfterNext"]] == ["60", "60"], r["sidebarAfterNext"]  # its 60 allreduces
+
+    # --ranks all: a lane per rank, a tab per rank, and a search over the lines.
+    lanes = r["lanes"]
+    assert lanes["tabs"] == ["all ranks", "rank 0", "rank 1"]
+    every = [[str(rank), f"rank {rank} at {i}"] for rank in (0, 1) for i in (0, 20, 40)]
+    assert sorted(lanes["all"]) == every, lanes["all"]  # in the order they came, which differs between ranks
+    assert lanes["rank1"] == [["1", f"rank 1 at {i}"] for i in (0, 20, 40)]
+    assert sorted(lanes["search"]) == [["0", "rank 0 at 40"], ["1", "rank 1 at 40"]]
 
     # Saved, kernel shut down, opened again: no widget left, no "Error displaying widget", every view drawn.
     again = r["reopened"]

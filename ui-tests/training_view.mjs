@@ -133,6 +133,23 @@ await runCheck({ artifacts: ARTIFACTS, viewport: VIEWPORT }, async ({ page, resu
   await page.waitForTimeout(1500); // the sidebar's next poll
   result.sidebarAfterNext = await sidebarRanks(page);
   await shot(`${APP}-5-new-cell`);
+  // Its ranks' lanes: every rank together, one rank's tab, a search.
+  const lines = () =>
+    cell.evaluate((el) =>
+      Array.from(el.querySelectorAll(".jhvd-log-lines .jhvd-line")).map((l) => [
+        l.dataset.rank,
+        l.querySelector(".jhvd-line-text").textContent,
+      ]),
+    );
+  result.lanes = { tabs: await cell.locator(".jhvd-tab").allTextContents(), all: await lines() };
+  await cell.locator('.jhvd-tab[data-tab="1"]').click();
+  result.lanes.rank1 = await lines();
+  await cell.locator('.jhvd-tab[data-tab="all"]').click();
+  await cell.locator(".jhvd-search").fill("at 40");
+  result.lanes.search = await lines();
+  await cell.scrollIntoViewIfNeeded();
+  await shot(`${APP}-5b-ranks-search`);
+  await cell.locator(".jhvd-search").fill("");
 
   // 5. Saved, kernel shut down, opened again: the finished views are drawn from the notebook, no widget anywhere.
   await page.keyboard.press("Escape");
