@@ -34,7 +34,7 @@ def said(r: object) -> str:
 
 def prompt(k: Kernel) -> int:
     """The execution count the next cell gets."""
-    return int(k.run("get_ipython().execution_count").outputs[-1]["data"]["text/plain"]) + 1
+    return int(k.run("get_ipython().execution_count").outputs[-1]["execution_count"]) + 1
 
 
 def test_a_runtime_error_names_the_prompt_and_the_notebooks_line(k: Kernel) -> None:

@@ -67,6 +67,14 @@ class CellSyntaxError(UsageError):
         return syntax_error_lines(self.exc, self.count)
 
 
+def _prompt(shell: Any) -> int | None:
+    """The number of the notebook cell running now, as its prompt shows it (In[4]). IPython 9 counts on before the
+    cell runs (its execution_count is then the next cell's); the history has stored this cell as number N in both."""
+    history = getattr(shell, "history_manager", None)
+    stored = len(getattr(history, "input_hist_raw", None) or [])
+    return stored - 1 if stored > 1 else getattr(shell, "execution_count", None)
+
+
 def _cell_id(shell: Any) -> str:
     """The front end's id of the notebook cell running now ('' where it sends none: a terminal, nbclient < 0.6)."""
     kernel = getattr(shell, "kernel", None)
@@ -182,7 +190,7 @@ class HvdMagics(Magics):
         try:  # before anything is shipped
             compile(source, "<hvd cell>", "exec")
         except SyntaxError as exc:
-            raise CellSyntaxError(exc, self.shell.execution_count) from None
+            raise CellSyntaxError(exc, _prompt(self.shell)) from None
         pool = require_pool()
         try:
             show = parse_ranks(args.ranks, len(pool.ranks))
@@ -198,7 +206,7 @@ class HvdMagics(Magics):
             show_ranks=show,
             log_lines=args.log_lines,
             view=view,
-            count=self.shell.execution_count,
+            count=_prompt(self.shell),
             cell_id=_cell_id(self.shell),
             setup=args.setup,
             where_full=args.where_full,
@@ -238,7 +246,7 @@ class HvdMagics(Magics):
         except hvd_transfer.TransferError as exc:
             raise UsageError(str(exc)) from None
         try:
-            restart.journal_push(pool, payload, self.shell.execution_count, _cell_id(self.shell))
+            restart.journal_push(pool, payload, _prompt(self.shell), _cell_id(self.shell))
         except OSError as exc:
             print(
                 f"jupyter-hvd: pushed, but {', '.join(names)} could not be kept for a replay after a restart "
@@ -360,7 +368,7 @@ class HvdMagics(Magics):
                 restart.configure(pool)
                 gen = (next_number(), 0)
                 for r in pool.ranks:  # a snapshot now, behind whatever the ranks were asked before
-                    pool.channel.send(r.rank, wire.Commit(self.shell.execution_count, gen))  # type: ignore[union-attr]
+                    pool.channel.send(r.rank, wire.Commit(_prompt(self.shell), gen))  # type: ignore[union-attr]
             if pool.channel is not None:
                 pool.channel.settle(len(pool.ranks))  # every rank's part is written (a Pong follows its Committed)
         for news in keeper.snapshots.news:
