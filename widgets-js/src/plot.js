@@ -234,9 +234,12 @@ export class PlotPanel {
       height: this.height,
       legend: { show: false }, // the head shows the latest values, the readout the values under the pointer
       cursor: { y: false, drag: { x: true, y: false, setScale: true }, points: { size: 7 } },
-      scales: { x: { time: false }, y: this.settings.logY ? { distr: 3, log: 10 } : {} },
-      // A log scale's minor ticks come as null: they stay unlabelled.
-      axes: [xAxis, { ...axis, size: 58, values: (u, splits) => splits.map((v) => (v === null ? "" : formatNumber(v))) }],
+      // A log scale spans the values (uPlot's own snaps to whole decades, a loss from 1 to 0.15 then fills a third).
+      scales: {
+        x: { time: false },
+        y: this.settings.logY ? { distr: 3, log: 10, range: (u, min, max) => [min / 1.15, max * 1.15] } : {},
+      },
+      axes: [xAxis, { ...axis, size: 58, values: (u, splits) => splits.map((v) => this.yTick(v)) }],
       series: [
         { label: X_LABELS[kind] ?? kind },
         ...series.flatMap((s, k) => {
@@ -268,6 +271,16 @@ export class PlotPanel {
     });
     if (this.zoom) plot.setScale("x", { min: this.zoom[0], max: this.zoom[1] });
     return plot;
+  }
+
+  /** A y tick's label; on a log scale only 1, 2 and 5 times a power of ten (uPlot's minor ticks come as null). */
+  yTick(v) {
+    if (v === null || v === undefined) return "";
+    if (this.settings.logY && v > 0) {
+      const mantissa = Math.round((v / 10 ** Math.floor(Math.log10(v) + 1e-9)) * 1000) / 1000;
+      if (![1, 2, 5].includes(mantissa)) return "";
+    }
+    return formatNumber(v);
   }
 
   showLegend(series) {
