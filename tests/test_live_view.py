@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from conftest import Kernel
 
+from jupyter_hvd.digest import Digest
 from jupyter_hvd.metrics import parse_line
 from jupyter_hvd.widgets.curves import Curves
 from jupyter_hvd.widgets.live_view import UPDATES_PER_S
@@ -23,24 +24,27 @@ from jupyter_hvd.widgets.static_plot import MIME
 
 
 def test_a_tqdm_bar_stays_one_line_and_finished_lines_are_capped() -> None:
-    log = LogBuffer(max_lines=5)
+    log, digest = LogBuffer(max_lines=5), Digest()
     finished = []
     for i in range(101):
-        finished += log.feed(0, "stderr", f"\r{i:3d}%|{'#' * (i // 10):10s}| {i}/100")
-    log.feed(0, "stdout", "".join(f"epoch {e} done\n" for e in range(8)))
+        chunk = digest.feed(0, "stderr", f"\r{i:3d}%|{'#' * (i // 10):10s}| {i}/100")
+        log.add(chunk)
+        finished += chunk.lines
+    log.add(digest.feed(0, "stdout", "".join(f"epoch {e} done\n" for e in range(8))))
     delta = log.take_delta()
     assert delta is not None
     assert delta.partials == [("100%|##########| 100/100", "stderr", 0)]  # the bar: one line, its latest state
     assert [text for text, _, _ in delta.append] == [f"epoch {e} done" for e in range(3, 8)]  # the last 5
     assert delta.total == 8
     assert len(finished) == 100  # each rewritten bar state was handed out once, for parsing
+    assert not any(line.ended for line in finished)  # rewritten, not ended: the log keeps only the latest
     assert log.take_delta() is None  # nothing new: nothing to send
 
 
 def test_carriage_return_newline_ends_a_line_and_lines_keep_their_rank() -> None:
-    log = LogBuffer(max_lines=10, prefix_ranks=True)
-    log.feed(1, "stdout", "a\r\nb")
-    log.feed(1, "stdout", "c\n")
+    log, digest = LogBuffer(max_lines=10, prefix_ranks=True), Digest()
+    log.add(digest.feed(1, "stdout", "a\r\nb"))
+    log.add(digest.feed(1, "stdout", "c\n"))
     assert log.take_delta().append == [("a", "stdout", 1), ("bc", "stdout", 1)]  # the view draws rank 1's lane
     assert log.tail(2) == ["[rank 1] a", "[rank 1] bc"]  # plain text says whose they are
 
@@ -151,9 +155,9 @@ def test_updates_are_coalesced_and_carry_every_point_and_line_once(capsys: pytes
     sent: list[tuple[float, dict[str, Any], list[bytes]]] = []
     assert view.widget is not None
     view.widget.send = lambda content, buffers=None: sent.append((time.monotonic(), content, buffers or []))
-    t0 = time.monotonic()
+    t0, digest = time.monotonic(), Digest()
     for i in range(3000):
-        view.output(0, "stdout", f"step {i} loss={1 / (i + 1):.6f}\n")
+        view.output(digest.feed(0, "stdout", f"step {i} loss={1 / (i + 1):.6f}\n"))
         if i % 3 == 0:
             view.metrics(1, [{"t": time.time(), "samples": 8, "m": {"loss": 9.0}}])  # rank 1: not plotted
         time.sleep(0.0005)
@@ -480,27 +484,28 @@ def test_a_quick_silent_cell_shows_no_view_and_a_long_one_does(live: LiveKernel)
 
 
 def test_a_line_that_never_ends_keeps_only_its_tail() -> None:
-    from jupyter_hvd.widgets.log import MAX_LINE_CHARS
+    from jupyter_hvd.digest import MAX_LINE_CHARS
 
-    log = LogBuffer(max_lines=10)
+    log, digest = LogBuffer(max_lines=10), Digest()
     for _ in range(1000):
-        log.feed(0, "stdout", "x" * 100)
+        log.add(digest.feed(0, "stdout", "x" * 100))
     (partial,) = log.take_delta().partials
     assert len(partial[0]) == MAX_LINE_CHARS
 
 
 def test_a_metrics_bug_never_stops_the_log(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from jupyter_hvd import digest as digest_module
     from jupyter_hvd.widgets import live_view
 
     def broken(line: str) -> Any:
         raise ValueError("unreadable")
 
-    monkeypatch.setattr(live_view, "parse_line", broken)
+    monkeypatch.setattr(digest_module, "parse_line", broken)
     view = live_view.LiveView(ranks=2, show_ranks=[0, 1], log_lines=100, plots=["loss"])
     view.show()
     assert view.widget is not None
     view.widget.send = lambda content, buffers=None: None
-    view.output(0, "stdout", "loss=1\nloss=2\n")
+    view.output(digest_module.Digest().feed(0, "stdout", "loss=1\nloss=2\n"))
     view.close(ok=True)
     assert [(t, r) for t, _, r in view.log.lines] == [
         ("loss=1", 0),

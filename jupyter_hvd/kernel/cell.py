@@ -25,7 +25,7 @@ from typing import Any
 from IPython.display import display, publish_display_data
 
 from .. import state, wire
-from ..metrics import parse_line
+from ..digest import Chunk, Digest
 from ..widgets import CellView, plain_view
 from . import debugger, failures, where
 from .channel import ChannelError
@@ -92,6 +92,7 @@ class CellRun:
         self.reason: str | None = None  # error | interrupt
         self.hard_deadline: float | None = None
         self.last_lines: dict[int, str] = {}
+        self.digest = Digest()  # each line of output read once, for the view, the sidebar and the NaN check
         self._next_liveness_check = time.monotonic() + TICK_S
         self._stderr_tail = ""  # recent stderr of the shown ranks, where Horovod's stall report lands
         self.unclean_join: Failure | None = None  # a rank's join left Horovod unfit for the next cell
@@ -282,13 +283,14 @@ class CellRun:
             else:
                 debugger.answer(self.pool, ev)  # the stop button there: KeyboardInterrupt, as anywhere in the wait
         elif isinstance(ev, wire.Output):
-            self._note_last_line(ev.rank, ev.text)
+            chunk = self.digest.feed(ev.rank, ev.stream, ev.text)
+            self._note_lines(chunk)
             if ev.stream == "stderr":
                 # The stall report may arrive split over several chunks: look at the recent stderr as a whole.
                 self._stderr_tail = (self._stderr_tail + ev.text)[-8000:]
                 if "Missing ranks:" in self._stderr_tail:
                     self._note_stall(self._stderr_tail)
-            self.view.output(ev.rank, ev.stream, ev.text)
+            self.view.output(chunk)
         elif isinstance(ev, wire.Metrics):
             self._note_progress(ev.rank, ev.records)
             self.view.metrics(ev.rank, ev.records)
@@ -337,24 +339,30 @@ class CellRun:
             return
         print(f"jupyter-hvd: where the ranks were when {why}:\n{where.indented(text)}", file=sys.stderr, flush=True)
 
-    def _note_last_line(self, rank: int, text: str) -> None:
-        lines = [ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
-        if lines:
-            self.last_lines[rank] = lines[-1][-200:]
-            # The sidebar shows it live (the watcher writes the state file about once a second).
-            stats: dict[str, Any] = {"last_line": self.last_lines[rank]}
-            parsed = parse_line(self.last_lines[rank])
+    def _note_lines(self, chunk: Chunk) -> None:
+        """The sidebar's last line, step and loss of a rank (shown live, written at most 4 times a second), and the
+        first NaN or Inf, from the lines the chunk finished."""
+        rank = chunk.rank
+        last = (
+            chunk.partial
+            if chunk.partial.strip()
+            else next((line.text for line in reversed(chunk.lines) if line.text.strip()), "")
+        )
+        stats: dict[str, Any] = {}
+        if last:
+            self.last_lines[rank] = last[-200:]
+            stats["last_line"] = self.last_lines[rank]
+        for line in chunk.lines:
+            parsed = line.parsed
             if parsed.step is not None:
                 stats["step"] = parsed.step
                 self._steps_said.add(rank)
             if "loss" in parsed.values:
                 stats["loss"] = parsed.values["loss"]
+            for name, value in parsed.values.items():
+                self._note_nonfinite(rank, name, value, parsed.step)
+        if stats:
             self._figures(rank, stats)
-        if self.pool.file.nonfinite is None and ("nan" in text or "inf" in text.lower()):  # any line of the chunk
-            for line in lines:
-                parsed = parse_line(line)
-                for name, value in parsed.values.items():
-                    self._note_nonfinite(rank, name, value, parsed.step)
 
     def _note_stall(self, text: str) -> None:
         """Horovod's stall inspector (rank 0's stderr, while rank 0's cell runs): the ranks it leaves waiting are
@@ -437,6 +445,7 @@ class CellRun:
         where = f" at step {step:g}" if isinstance(step, (int, float)) else ""
         message = f"{metric} became {value}{where} on rank {rank}"
         self.pool.file.nonfinite = state.Nonfinite(rank, step, metric, message)
+        self.view.nonfinite(message)
         print(f"jupyter-hvd: {message}.", file=sys.stderr, flush=True)
 
     def _finished(self, run: _RankRun, record: wire.CellRecord) -> None:

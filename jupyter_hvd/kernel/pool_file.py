@@ -10,11 +10,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any, Protocol
 
 from .. import state
 from .ranks import Rank
+
+_RANK_FIELDS = {f.name for f in fields(state.RankRecord)}
 
 CELL_FIGURES = ("step", "loss", "compute_ms", "wait_ms", "last_line")  # state.RankRecord's fields of the running cell
 
@@ -59,8 +61,12 @@ class PoolFile:
         self.poke: Callable[[], None] | None = None  # the watcher's: write soon, from its thread
 
     def update_ranks(self, stats: dict[int, dict[str, Any]]) -> None:
-        """Merge per-rank measurements (fields of state.RankRecord)."""
+        """Merge per-rank measurements (fields of state.RankRecord). A name that is not a field is a bug here: it
+        would only fail later, when the file is written from the watcher's thread, where nobody sees it."""
         for rank, values in stats.items():
+            unknown = set(values) - _RANK_FIELDS
+            if unknown:
+                raise ValueError(f"not fields of a rank's record: {sorted(unknown)}")
             self.rank_stats.setdefault(rank, {}).update(values)
 
     def start_of_cell(self) -> None:

@@ -8,17 +8,22 @@ from __future__ import annotations
 import os
 from typing import Any, Protocol
 
+from ..digest import Chunk
+
 VIEW_MODES = ("auto", "widget", "text", "off")  # auto: the widget where the front end draws widgets, else text
 
 
 class CellView(Protocol):
     """What a running cell shows: the cell runner hands it output and metrics as they arrive, on the main thread."""
 
-    def output(self, rank: int, name: str, text: str) -> None:
-        """Text that `rank` wrote to stdout or stderr (`name`)."""
+    def output(self, chunk: Chunk) -> None:
+        """Text that a rank wrote to stdout or stderr, with the lines it finished (jupyter_hvd/digest.py)."""
 
     def metrics(self, rank: int, records: Any) -> None:
         """A batch of `report()` records from `rank`."""
+
+    def nonfinite(self, message: str) -> None:
+        """Where a metric first became NaN or Inf ("loss became nan at step 12 on rank 0"), said once per cell."""
 
     def straggler(self, message: str | None) -> None:
         """The rank that sets the pace ("rank 1 is the straggler: ..."), or None once there is none."""

@@ -103,7 +103,7 @@ class Curves:
         self._step_source = -1  # the strongest source that gave the status line a step
         self._position: tuple[str, float] | None = None  # the last (kind, x) a printed line said, for lines without
         self.changed = False
-        self.nonfinite: str | None = None  # where a metric first became NaN or Inf (said once; the plot has a gap)
+        self.nonfinite: str | None = None  # where a metric first became NaN or Inf (the cell runner says; a gap)
         self.straggler: str | None = None  # the rank that sets the pace, named by the cell runner (kernel/straggler.py)
 
     # ---- intake --------------------------------------------------------------------------------------------
@@ -179,12 +179,6 @@ class Curves:
         curve.add(x, value)
         if rank == self.lead:
             self.latest[name] = value
-        self._check_finite(name, value, x if kind == "step" else None, rank)
-
-    def _check_finite(self, name: str, value: float, step: float | None, rank: int | None) -> None:
-        if self.nonfinite is None and not math.isfinite(value):
-            where = f" at step {step:g}" if step is not None else ""
-            self.nonfinite = f"{name} became {value}{where}" + (f" on rank {rank}" if rank is not None else "")
 
     def _at_step(self, t: float, step: float, source: str) -> None:
         strength = SOURCES[source]

@@ -24,7 +24,7 @@ import anywidget
 import traitlets
 from IPython.display import display, update_display
 
-from ..metrics import parse_line
+from ..digest import Chunk
 from .curves import Curves
 from .log import LogBuffer, LogDelta
 from .static_plot import SAVED_LOG_LINES, saved_bundle
@@ -103,19 +103,22 @@ class LiveView:
 
     # ---- CellView ------------------------------------------------------------------------------------------
 
-    def output(self, rank: int, name: str, text: str) -> None:
-        """Output text of a shown rank: into the log; its finished lines are also read for metrics."""
+    def output(self, chunk: Chunk) -> None:
+        """Output of a shown rank: into the log; the metrics of the lines it finished go to the curves."""
         self.show()
         with self._lock:
-            finished = self.log.feed(rank, name, text)
+            self.log.add(chunk)
             now = time.time()
-            for segment in finished:
-                try:
-                    parsed = parse_line(segment)
-                    if parsed or parsed.step is not None or parsed.epoch is not None:
-                        self.curves.add_printed(parsed, now, rank)
-                except Exception as exc:  # a line we cannot read must not stop the cell's output
-                    self._note(f"a printed line could not be read for metrics ({type(exc).__name__}: {exc})")
+            for line in chunk.lines:
+                self.curves.add_printed(line.parsed, now, chunk.rank)
+            if chunk.unreadable:
+                self._note(chunk.unreadable)
+        self._dirty.set()
+
+    def nonfinite(self, message: str) -> None:
+        """Shown on the status line."""
+        with self._lock:
+            self.curves.nonfinite = message
         self._dirty.set()
 
     def metrics(self, rank: int, data: Any) -> None:
@@ -143,7 +146,7 @@ class LiveView:
         # Said once per cell, in the log, where the user is looking.
         if not self._noted:
             self._noted = True
-            self.log.feed(-1, "stderr", f"[jupyter-hvd] {text}\n")
+            self.log.say(f"[jupyter-hvd] {text}")
 
     def close(self, ok: bool) -> None:
         """The cell ended (ok False: error, interrupt or restart): the widget's output becomes the finished view."""

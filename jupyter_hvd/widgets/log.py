@@ -1,6 +1,6 @@
 """The live view's log: engine output turned into lines the way a terminal shows them.
 
-Pure logic (no widgets). `\\r` rewrites the line being written, so a tqdm bar stays one line; `\\n` ends it.
+Pure logic (no widgets); the lines come split by jupyter_hvd/digest.py.
 Only the last `max_lines` finished lines are kept; what the view has not received yet is handed out by
 `take_delta()`, so an update carries only new lines. Each line keeps the rank that wrote it (the view shows one
 lane per rank); text for plain outputs is prefixed `[rank N]` where several ranks are shown.
@@ -8,18 +8,10 @@ lane per rank); text for plain outputs is prefixed `[rank N]` where several rank
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from dataclasses import dataclass, field
 
-_BREAKS = re.compile(r"(\r\n|\n|\r)")
-MAX_LINE_CHARS = 4000  # a line that never ends (a bar without \r, a flood) keeps only its last characters
-
-
-@dataclass
-class _Partial:
-    text: str = ""
-    rewind: bool = False  # a `\r` came: the next text replaces the line
+from ..digest import Chunk
 
 
 @dataclass
@@ -44,31 +36,21 @@ class LogBuffer:
         self.lines: deque[tuple[str, str, int]] = deque(maxlen=max_lines)
         self.total = 0
         self._unsent: deque[tuple[str, str, int]] = deque(maxlen=max_lines)
-        self._partials: dict[tuple[int, str], _Partial] = {}
+        self._partials: dict[tuple[int, str], str] = {}
         self._partials_changed = False
 
-    def feed(self, rank: int, stream: str, text: str) -> list[str]:
-        """Add output text; return the segments it finished (ended lines and rewritten bars), for parsing."""
-        part = self._partials.setdefault((rank, stream), _Partial())
-        finished: list[str] = []
-        for piece in _BREAKS.split(text):
-            if not piece:
-                continue
-            if piece in ("\n", "\r\n"):
-                self._commit(rank, stream, part.text)
-                finished.append(part.text)
-                part.text, part.rewind = "", False
-            elif piece == "\r":
-                part.rewind = True
-            else:
-                if part.rewind:
-                    if part.text:
-                        finished.append(part.text)
-                    part.text, part.rewind = piece, False
-                else:
-                    part.text = (part.text + piece)[-MAX_LINE_CHARS:]
+    def add(self, chunk: Chunk) -> None:
+        """The lines a chunk of output ended, and the line it leaves being written (jupyter_hvd/digest.py)."""
+        for line in chunk.lines:
+            if line.ended:
+                self._commit(chunk.rank, chunk.stream, line.text)
+        if chunk.partial != self._partials.get((chunk.rank, chunk.stream), ""):
+            self._partials[(chunk.rank, chunk.stream)] = chunk.partial
             self._partials_changed = True
-        return finished
+
+    def say(self, text: str) -> None:
+        """A line of jupyter-hvd's own, in the log where the user is looking."""
+        self._commit(-1, "stderr", text)
 
     def _commit(self, rank: int, stream: str, text: str) -> None:
         line = (text, stream, rank)
@@ -78,7 +60,7 @@ class LogBuffer:
 
     def partial_lines(self) -> list[tuple[str, str, int]]:
         """The lines still being written (a progress bar), one per rank and stream, in a stable order."""
-        return [(p.text, stream, rank) for (rank, stream), p in sorted(self._partials.items()) if p.text]
+        return [(text, stream, rank) for (rank, stream), text in sorted(self._partials.items()) if text]
 
     def take_delta(self) -> LogDelta | None:
         """New finished lines and current partial lines since the last call; None when nothing changed."""
@@ -95,10 +77,10 @@ class LogBuffer:
 
     def finish(self) -> None:
         """The cell ended: lines still being written count as finished."""
-        for (rank, stream), p in sorted(self._partials.items()):
-            if p.text:
-                self._commit(rank, stream, p.text)
-                p.text = ""
+        for (rank, stream), text in sorted(self._partials.items()):
+            if text:
+                self._commit(rank, stream, text)
+                self._partials[(rank, stream)] = ""
                 self._partials_changed = True
 
     def tail(self, n: int) -> list[str]:

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from .. import compat
+from ..digest import Chunk
 
 
 class OutputRouter:
@@ -70,8 +71,11 @@ class PlainView:
     def __init__(self, show_ranks: list[int]) -> None:
         self.router = OutputRouter(show_ranks)
 
-    def output(self, rank: int, name: str, text: str) -> None:
-        self.router.feed(rank, name, text)
+    def output(self, chunk: Chunk) -> None:
+        self.router.feed(chunk.rank, chunk.stream, chunk.text)
+
+    def nonfinite(self, message: str) -> None:
+        pass  # the cell runner says it under the cell
 
     def metrics(self, rank: int, records: Any) -> None:
         pass  # the cell runner keeps step and loss for the sidebar; there is no plot here

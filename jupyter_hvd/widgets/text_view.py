@@ -12,7 +12,7 @@ from typing import Any
 
 from IPython.display import display
 
-from ..metrics import parse_line
+from ..digest import Chunk
 from .curves import Curves
 from .plain import OutputRouter
 from .static_plot import saved_bundle
@@ -28,17 +28,16 @@ class TextView:
         self.plots = plots
         self.ranks = ranks
         self.started = time.time()
-        self._partial: dict[int, str] = {}
 
-    def output(self, rank: int, name: str, text: str) -> None:
-        """Write the text to the cell's stream; read the shown ranks' finished lines for metrics."""
-        self.router.feed(rank, name, text)
-        text = self._partial.get(rank, "") + text
-        *done, self._partial[rank] = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        for line in done:
-            parsed = parse_line(line)
-            if parsed or parsed.step is not None or parsed.epoch is not None:
-                self.curves.add_printed(parsed, rank=rank)
+    def output(self, chunk: Chunk) -> None:
+        """Write the text to the cell's stream; the metrics of the lines it finished go to the curves."""
+        self.router.feed(chunk.rank, chunk.stream, chunk.text)
+        for line in chunk.lines:
+            self.curves.add_printed(line.parsed, rank=chunk.rank)
+
+    def nonfinite(self, message: str) -> None:
+        """Shown in the final status line."""
+        self.curves.nonfinite = message
 
     def metrics(self, rank: int, data: Any) -> None:
         """A batch of `report()` records from `rank`."""
