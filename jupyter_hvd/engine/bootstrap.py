@@ -47,6 +47,7 @@ def start(
         pace.install()  # compute and wait per training step, for the kernel's straggler check (after collectives)
         idle.wake_on_first_use()  # a resting Horovod starts again when a cell uses it (outermost: before the rest)
         idle.prepare()
+        idle.watch(idle.rest_after(dev.type == "cuda"))  # Horovod rests where no rank uses it, also during a cell
     if dist is not None:
         torch_dist.install()  # the same for torch.distributed's collectives and DDP
     guards.script_argv()  # argparse in a pasted script sees a script's argv, not the engine's
