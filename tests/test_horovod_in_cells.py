@@ -63,6 +63,9 @@ def test_static_process_sets_and_the_environment_variable_way(k):
 
 
 def test_dynamic_process_sets_by_the_environment_variable(k):
+    # Without them, Horovod's own refusal, with what to type in a pool (a script sets the variable before hvd.init()).
+    r = k.run("%%hvd\nhvd.add_process_set([0])", timeout=120)
+    assert r.status == "error" and "call hvd.init(process_sets='dynamic') first" in r.error_text, r.error_text
     r = k.run(
         "%%hvd\nimport os\nos.environ['HOROVOD_DYNAMIC_PROCESS_SETS'] = '1'\nhvd.init()\n"
         "solo = hvd.add_process_set([0])\n"

@@ -402,7 +402,15 @@ def _process_set_change(real: Any) -> Any:
 
     @functools.wraps(real)
     def change(process_set: Any) -> Any:
-        result = wrapped(process_set)
+        try:
+            result = wrapped(process_set)
+        except ValueError as exc:
+            if "HOROVOD_DYNAMIC_PROCESS_SETS=1" not in str(exc):
+                raise
+            raise ValueError(
+                f"{exc} In a pool, as in a script, Horovod reads it when it starts: call "
+                "hvd.init(process_sets='dynamic') first (Horovod then starts again with it on every rank)."
+            ) from None
         if real.__name__ == "add_process_set":
             added(result)  # registered again at every later start
         elif result:
