@@ -163,7 +163,8 @@ def answer_queries(answer: Callable[[str, tuple[Any, ...]], Any]) -> None:
 
 def query_answers() -> dict[Any, Any]:
     """What Horovod answers now to the queries `answer_queries` can take over: name -> value, and (name, process set
-    id) -> value for each registered process set (Horovod must be running)."""
+    id) -> value for each registered process set (Horovod must be running; where another rank has stopped it already,
+    the process sets are left out)."""
     import ctypes
 
     basics = getattr(_mpi_ops(), "_basics", None)
@@ -172,7 +173,11 @@ def query_answers() -> dict[Any, Any]:
     if library is None or ids is None:
         raise _missing("mpi_ops._basics._get_process_set_ids_and_ranks", "answer queries while Horovod rests")
     answers: dict[Any, Any] = {name: getattr(library, name)() for name in QUERIES}
-    for process_set in ids():
+    try:
+        registered = ids()
+    except ValueError:  # its table of process sets is gone with the stop
+        return answers
+    for process_set in registered:
         for name in PROCESS_SET_QUERIES:
             answers[(name, process_set)] = getattr(library, name)(ctypes.c_int(process_set))
     return answers

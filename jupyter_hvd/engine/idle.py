@@ -257,6 +257,8 @@ def _remember_answers() -> None:
     """Keep what Horovod answers now to the queries a resting Horovod must answer (taken while it runs: once one rank
     stops, the others' Horovod stops too and answers nothing more)."""
     answers = compat.query_answers()
+    if not any(isinstance(key, tuple) for key in answers):  # another rank stopped it first (a cell's hvd.shutdown())
+        answers.update({key: value for key, value in _answers.items() if isinstance(key, tuple)})
     _answers.clear()
     _answers.update(answers)
 
