@@ -234,3 +234,16 @@ def test_a_rank_that_wakes_horovod_alone_is_named_not_left_hanging(k):
     assert r.status == "error", r.stdout
     assert "Collectives did not match" in r.error_text, r.error_text
     healthy(k)
+
+
+def test_the_stall_check_a_cell_sets_takes_effect(k):
+    # The pool starts with a 10 s stall check; the cell asks for 2 s, as a script would before hvd.init(), and
+    # Horovod's own warning names the tensor rank 1 keeps rank 0 waiting on.
+    r = k.run(
+        "%%hvd\nimport os, time\nos.environ['HOROVOD_STALL_CHECK_TIME_SECONDS'] = '2'\nhvd.init()\n"
+        "if rank == 1:\n    time.sleep(6)\nhvd.allreduce(torch.ones(1), name='late.tensor')",
+        timeout=120,
+    )
+    assert r.status == "ok", r.error_text
+    assert "with HOROVOD_STALL_CHECK_TIME_SECONDS=2" in r.stderr, r.stderr
+    assert "late.tensor" in r.stderr and "missing ranks" in r.stderr.lower(), r.stderr
