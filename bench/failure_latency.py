@@ -40,7 +40,7 @@ def after(seconds: float, action) -> dict:
 
     def run():
         time.sleep(seconds)
-        mark["t"] = time.monotonic()
+        mark["t"] = time.time()
         action()
 
     threading.Thread(target=run, daemon=True).start()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from common import report, setup_env
 
-from jupyter_hvd.faults import campaign
+from jupyter_hvd.testing.faults import campaign
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import queue
 import re
 import sys
 import time
@@ -32,7 +31,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import report, setup_env, summary
 
-from jupyter_hvd.testing import Kernel
+from jupyter_hvd.testing import CellResult, Kernel
 
 STAMPS = re.compile(r"LAT (\d+\.\d+)")
 TICKER = """{magic}
@@ -54,51 +53,15 @@ for i in range({lines}):
 """
 
 
-def collect(k: Kernel, code: str, timeout: float = 600) -> list[tuple[float, dict[str, Any]]]:
-    """Run `code`; every IOPub message of the cell with its wall-clock arrival time."""
-    msg_id = k.kc.execute(code)
-    got = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = k.kc.get_iopub_msg(timeout=1)
-        except queue.Empty:
-            continue
-        t = time.time()
-        # %%px --stream writes from ipyparallel's IO thread: its stream messages may carry no parent.
-        if msg["parent_header"].get("msg_id") not in (msg_id, None) or (
-            msg["msg_type"] != "stream" and msg["parent_header"].get("msg_id") != msg_id
-        ):
-            continue
-        got.append((t, msg))
-        if msg["msg_type"] == "error":
-            raise RuntimeError("\n".join(msg["content"]["traceback"]))
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            k.kc.get_shell_msg(timeout=10)
-            return got
-    raise TimeoutError(code[:60])
+def collect(k: Kernel, code: str, timeout: float = 600) -> CellResult:
+    """Run `code`; every IOPub message of the cell, with %%px --stream's unparented stream messages."""
+    return k.run(code, timeout=timeout, unparented_streams=True).check()
 
 
-def texts(messages: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, str]]:
-    """(arrival, text) of each stream message and each live-view update's log lines."""
-    out = []
-    for t, m in messages:
-        if m["msg_type"] == "stream":
-            out.append((t, m["content"]["text"]))
-        elif m["msg_type"] in ("display_data", "update_display_data"):  # %%px --stream of one engine re-sends all
-            out.append((t, m["content"]["data"].get("text/plain", "")))
-        elif m["msg_type"] == "comm_msg":
-            data = m["content"]["data"]
-            if data.get("method") == "custom" and data["content"].get("type") == "update":
-                log = data["content"].get("log") or {}
-                out += [(t, text) for text, _ in log.get("append", [])]
-    return out
-
-
-def latencies_ms(messages: list[tuple[float, dict[str, Any]]]) -> list[float]:
+def latencies_ms(result: CellResult) -> list[float]:
     """Arrival minus print time of each time stamp, where it first appeared."""
     first: dict[str, float] = {}
-    for t, text in texts(messages):
+    for t, text in result.shown_text():
         for stamp in STAMPS.findall(text):
             first.setdefault(stamp, t)
     return [(t - float(stamp)) * 1e3 for stamp, t in first.items()]
@@ -147,10 +110,10 @@ def main() -> None:
             set_view(k, mode)
             rss0 = proc.memory_info().rss
             t0 = time.time()
-            msgs = collect(k, code)
+            flooded = collect(k, code)
             took = time.time() - t0
             rss1 = proc.memory_info().rss
-            shown = [t for t, m in msgs if m["msg_type"] in ("stream", "comm_msg")]
+            shown = [t for t, _ in flooded.of("stream") + flooded.of("comm_msg")]
             per_s = Counter(int(t - t0) for t in shown)
             rows.append(
                 {

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import re
 import statistics
 import sys
@@ -29,6 +28,8 @@ import time
 from array import array
 from pathlib import Path
 from typing import Any
+
+from jupyter_hvd.testing import Kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -109,65 +110,23 @@ _report_us = (time.perf_counter() - t0) / 20000 * 1e6
 """
 
 
-class BenchKernel:
-    """A real kernel whose %%hvd cells use the live widget view; records IOPub with wall-clock arrival times."""
+class BenchKernel(Kernel):
+    """A real kernel whose %%hvd cells use the live widget view, with a state directory of its own."""
 
     def __init__(self, state_dir: str) -> None:
-        from jupyter_client.manager import KernelManager
-
-        env = {
-            **os.environ,
-            "JUPYTER_RUNTIME_DIR": state_dir,
-            "PATH": str(ROOT / ".venv" / "bin") + os.pathsep + os.environ.get("PATH", ""),
-        }
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(env=env)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
-
-    def run(self, code: str, timeout: float = 600) -> list[tuple[float, dict[str, Any]]]:
-        msg_id = self.kc.execute(code)
-        got: list[tuple[float, dict[str, Any]]] = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                msg = self.kc.get_iopub_msg(timeout=1)
-            except queue.Empty:
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            got.append((time.time(), msg))
-            kind = msg["msg_type"]
-            if kind == "error":
-                raise RuntimeError("\n".join(msg["content"]["traceback"]))
-            if kind == "status" and msg["content"]["execution_state"] == "idle":
-                return got
-        raise TimeoutError(code[:60])
+        super().__init__(
+            {"JUPYTER_RUNTIME_DIR": state_dir, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+        )
 
     def pull(self, name: str) -> Any:
         """A value of rank 0's namespace, through %hvd_pull and a JSON print in the kernel."""
-        got = self.run(f"%hvd_pull {name}\nimport json\nprint(json.dumps({name}))")
-        text = "".join(m["content"]["text"] for _, m in got if m["msg_type"] == "stream")
-        return json.loads(text)
+        return json.loads(self.run(f"%hvd_pull {name}\nimport json\nprint(json.dumps({name}))").check().stdout)
 
     def stop(self) -> None:
         try:
             self.run("%hvd_stop", timeout=60)
         finally:
-            self.kc.stop_channels()
-            self.km.shutdown_kernel(now=False)
-
-
-def updates(messages: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, dict[str, Any], list[Any]]]:
-    out = []
-    for t, m in messages:
-        if m["msg_type"] != "comm_msg":
-            continue
-        data = m["content"]["data"]
-        if data.get("method") == "custom" and data["content"].get("type") == "update":
-            out.append((t, data["content"], m.get("buffers") or []))
-    return out
+            self.shutdown()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -185,15 +144,15 @@ def main() -> None:
     k = BenchKernel(state)
     result: dict[str, Any] = {"steps": args.steps, "rounds": args.rounds, "ranks": 2}
     try:
-        k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'widget'\n%hvd_start -np 2")
-        k.run(SETUP)
-        k.run(LOOP.format(steps=50, live=True))  # warm-up
+        k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'widget'\n%hvd_start -np 2").check()
+        k.run(SETUP, timeout=600).check()
+        k.run(LOOP.format(steps=50, live=True), timeout=600).check()  # warm-up
         per_variant: dict[str, list[float]] = {"neither": [], "report+print": []}
         loop_means: dict[str, list[float]] = {"neither": [], "report+print": []}
         in_step: list[float] = []  # time report() + print() took inside each step of the live variant
         for _ in range(args.rounds):
             for name, live in (("neither", False), ("report+print", True)):
-                k.run(LOOP.format(steps=args.steps, live=live))
+                k.run(LOOP.format(steps=args.steps, live=live), timeout=600).check()
                 times = k.pull("_times")
                 per_variant[name] += times
                 loop_means[name].append(statistics.fmean(times))
@@ -210,20 +169,19 @@ def main() -> None:
             / statistics.fmean(per_variant["neither"])
             * 100
         )
-        k.run(INTERLEAVED.format(steps=2 * args.steps * args.rounds))
+        k.run(INTERLEAVED.format(steps=2 * args.steps * args.rounds), timeout=600).check()
         with_, without = k.pull("_with"), k.pull("_without")
         result["interleaved_step_ms"] = {
             "report+print": statistics.median(with_) * 1e3,
             "neither": statistics.median(without) * 1e3,
         }
         result["overhead_pct_interleaved"] = (statistics.median(with_) / statistics.median(without) - 1) * 100
-        k.run(MICRO)
+        k.run(MICRO, timeout=600).check()
         result["in_step_us"] = {"median": statistics.median(in_step) * 1e6, "p95": pct(in_step, 0.95) * 1e6}
         result["in_step_pct_of_10ms_step"] = statistics.median(in_step) / 0.010 * 100
         result["report_call_us"] = k.pull("_report_us")
 
-        msgs = k.run(LATENCY.format(lines=args.lines))
-        ups = updates(msgs)
+        ups = k.run(LATENCY.format(lines=args.lines), timeout=600).check().updates
         line_lat = []
         metric_lat = []
         for t, content, buffers in ups:

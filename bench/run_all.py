@@ -35,6 +35,8 @@ BENCHES = [
     "pace_overhead.py",
     "idle_cpu.py",
     "first_line.py",
+    "process_sets.py",
+    "start_torch.py",
 ]
 
 

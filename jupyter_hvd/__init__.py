@@ -35,7 +35,8 @@ def load_ipython_extension(ipython: Any) -> None:
     import atexit
 
     from .compat import check_ipykernel
-    from .kernel.magics import HvdMagics, stop_at_exit
+    from .kernel.lifecycle import stop_at_exit
+    from .kernel.magics import HvdMagics
     from .kernel.options import defaults
 
     if check_ipykernel():
@@ -47,6 +48,6 @@ def load_ipython_extension(ipython: Any) -> None:
 
 def unload_ipython_extension(ipython: Any) -> None:
     """`%unload_ext jupyter_hvd`: stop the pool (the magics stay registered, as IPython keeps them)."""
-    from .kernel.magics import stop_at_exit
+    from .kernel.lifecycle import stop_at_exit
 
     stop_at_exit()

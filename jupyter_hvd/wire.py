@@ -20,8 +20,11 @@ import importlib
 import io
 import os
 import pickle
+import re
 import secrets
+import site
 import sys
+import sysconfig
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -102,10 +105,10 @@ class Prune:
 
 @dataclass(frozen=True)
 class Where:
-    """Say where this rank is now (answered by a thread of its own, also while a cell runs: engine/where.py)."""
+    """Say where this rank is now (answered by a thread of its own, also while a cell runs: engine/where.py). The
+    rank sends every frame from the cell's down, marked `library` or not; the kernel folds them."""
 
     n: int
-    full: bool = False  # library frames too
 
 
 @dataclass(frozen=True)
@@ -313,6 +316,16 @@ class Debugged:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class Debugging:
+    """A `breakpoint()` in cell `cell` holds this rank in pdb (`active`), or let it go (continue, quit, or the cell's
+    end): while one does, the kernel does not end the cell for collectives that wait for that rank."""
+
+    rank: int
+    cell: int | None
+    active: bool
+
+
 Event = (
     Hello
     | Output
@@ -328,6 +341,7 @@ Event = (
     | Place
     | InputRequest
     | Debugged
+    | Debugging
 )
 
 # ---- signing -----------------------------------------------------------------------------------------------
@@ -402,6 +416,39 @@ def can_rest(env: Mapping[str, str]) -> bool:
     alike (the first shutdown stops every rank's Horovod).
     """
     return not any(env.get(k) for k in NO_REST)
+
+
+# Where a frame runs: a `%%hvd` cell (kernel/cell.py names each run, the engines compile it under that name), or a
+# file of the standard library, an installed package or jupyter-hvd (folded when the kernel says where a rank is).
+_CELL_FILE = re.compile(r"^<hvd-cell-(\d+)>$")
+_LIBRARY = tuple(
+    os.path.join(os.path.realpath(p), "")
+    for p in {
+        *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+        site.getusersitepackages(),
+        os.path.dirname(os.path.abspath(__file__)),
+    }
+    if p
+)
+
+
+def cell_file(number: int) -> str:
+    """The file name the engines compile the kernel's cell run `number` under: `<hvd-cell-N>`."""
+    return f"<hvd-cell-{number}>"
+
+
+def cell_number(filename: str) -> int | None:
+    """The kernel's cell run a frame's file name belongs to (`<hvd-cell-N>`: N); None for any other file."""
+    m = _CELL_FILE.match(filename)
+    return int(m.group(1)) if m else None
+
+
+def library_file(filename: str) -> bool:
+    """Whether a frame's file is not the user's: the standard library, an installed package, jupyter-hvd's own, or
+    code without a file (`<frozen ...>`, `<string>`); a cell's and the user's own files are not."""
+    if filename.startswith("<"):
+        return cell_number(filename) is None
+    return os.path.realpath(filename).startswith(_LIBRARY)
 
 
 # ---- values: how a user's object crosses (`%hvd_push`, `%hvd_pull`) ---------------------------------------------

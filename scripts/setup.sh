@@ -79,7 +79,9 @@ EOF
     NCCL=$("$VENV/bin/python" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
     [ -n "$NCCL" ] && export HOROVOD_NCCL_INCLUDE=$NCCL/include HOROVOD_NCCL_LIB=$NCCL/lib HOROVOD_NCCL_LINK=SHARED
   fi
-  # CMake 4 refuses the vendored gloo's cmake_minimum_required(2.8.12) without this policy floor.
+  # CMake 4 refuses the vendored gloo's cmake_minimum_required(2.8.12) without this policy floor; where there is no
+  # `cc` (seen on a GPU machine's image), CMake finds no C compiler unless told.
+  command -v cc >/dev/null || export CC=gcc
   env $FLAGS CXX="$WRAP" CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$(nproc)" \
     "$VENV/bin/python" -m pip wheel --disable-pip-version-check -q --no-build-isolation --no-deps --no-cache-dir \
     -w "$CACHE/build-$KEY/out" horovod==0.28.1 >"$CACHE/horovod-build.log" 2>&1 || return 1

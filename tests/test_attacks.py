@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import secrets
 import shutil
 import socket
 import stat
@@ -340,7 +341,7 @@ def test_symlinks_at_temporary_and_final_names_are_not_followed(kpool, tmp_path,
         link.unlink()
     # This process writes under a name it draws: a link planted at exactly that name is refused, not followed.
     path = state.state_dir() / "pool-hvd-1-1.json"
-    monkeypatch.setattr(state.secrets, "token_hex", lambda n: "0" * (2 * n))
+    monkeypatch.setattr(secrets, "token_hex", lambda n: "0" * (2 * n))
     trap = path.with_name(f".{path.name}.{'0' * 16}.tmp")
     trap.symlink_to(victim)
     with pytest.raises(FileExistsError):

@@ -8,6 +8,8 @@ import time
 
 from conftest import Kernel, wait_until_gone
 
+from jupyter_hvd import state
+
 
 def test_ranks_that_disagree_about_resting_never_block_each_other():
     k = Kernel()
@@ -22,6 +24,96 @@ def test_ranks_that_disagree_about_resting_never_block_each_other():
         r = k.run("%%hvd\nprint('sum', hvd.allreduce(torch.ones(1), op=hvd.Sum, name='after').item())", timeout=60)
         assert r.status == "ok" and "sum 2.0" in r.stdout, r.stdout + r.error_text
         assert time.monotonic() - t0 < 10
+    finally:
+        k.shutdown()
+    assert wait_until_gone(f"hvd-{k.pid}-") == []
+
+
+def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_replay_says_so(tmp_path):
+    slow = tmp_path / "slow"
+    k = Kernel()
+    try:
+        r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
+        assert r.status == "ok", r.error_text
+        setup = f"%%hvd --setup\nimport os, time\nx = 1\nwhile os.path.exists({str(slow)!r}):\n    time.sleep(0.1)"
+        assert k.run(setup).status == "ok"
+        pool_id = k.run("from jupyter_hvd.kernel import pool\nprint(pool.current().id)").stdout.strip()
+        # Restart from the sidebar: the action file the Jupyter server writes, between cells.
+        state.request_action(pool_id, "restart")
+        deadline = time.monotonic() + 30
+        said = ""
+        while time.monotonic() < deadline and "restarted from the sidebar" not in said:
+            time.sleep(1)
+            said = k.run("%%hvd\nprint('x', x)").stderr
+        assert "the pool was restarted from the sidebar at" in said and "replayed 1 setup cell" in said, said
+        # Stop from the sidebar while the replay of a restart runs: said, no AssertionError.
+        slow.touch()
+        state.request_action(pool_id, "restart")
+        time.sleep(5)  # the restart's replay now waits on the file
+        state.request_action(pool_id, "stop")
+        time.sleep(3)
+        slow.unlink()
+        deadline = time.monotonic() + 30
+        r = k.run("%hvd_status")
+        while time.monotonic() < deadline and "No jupyter-hvd pool is running" not in r.stdout:
+            time.sleep(1)
+            r = k.run("%hvd_status")
+        assert "stopped from the sidebar" in r.stdout, r.stdout
+        r = k.run("%%hvd\nx")
+        assert "AssertionError" not in r.error_text + r.stderr, r.error_text
+        assert "stopped from the sidebar" in r.stderr + r.error_text, r.stderr + r.error_text
+    finally:
+        k.shutdown()
+    assert wait_until_gone(f"hvd-{k.pid}-") == []
+
+
+def test_what_a_users_thread_prints_between_cells_is_shown_under_the_next_cell():
+    k = Kernel()
+    try:
+        r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
+        assert r.status == "ok", r.error_text
+        cell = (
+            "%%hvd\nimport threading, time\ndef ticks():\n    for i in range(5):\n        time.sleep(0.2)\n"
+            "        print('tick', rank, i, flush=True)\nthreading.Thread(target=ticks).start()"
+        )
+        assert k.run(cell).status == "ok"
+        time.sleep(2)
+        r = k.run("%%hvd\nprint('next')")
+        assert r.status == "ok", r.error_text
+        for rank in (0, 1):
+            assert f"rank {rank} printed between cells:" in r.stderr and f"tick {rank} 4" in r.stderr, r.stderr
+        # What ipyparallel itself runs on the engines (%%px on the pool's client) keeps its output in its cell.
+        k.run("from jupyter_hvd.kernel import pool\nv = pool.current().client[:]\nv.block = True\nv.activate()").check()
+        r = k.run("%%px\nprint('from px')").check()
+        shown = sorted(o["data"]["text/plain"] for o in r.outputs)
+        assert shown == ["[stdout:0] from px\n", "[stdout:1] from px\n"], r.messages
+        assert "from px" not in k.run("%%hvd\nprint('after')").check().stderr
+    finally:
+        k.shutdown()
+    assert wait_until_gone(f"hvd-{k.pid}-") == []
+
+
+def test_a_stop_while_a_restart_launches_engines_leaves_no_process():
+    k = Kernel()
+    try:
+        r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
+        assert r.status == "ok", r.error_text
+        # The stop comes from another thread of the kernel (what a shutdown or an extension may do) the moment the
+        # restart after the crash below begins.
+        k.run(
+            "import threading, time\nfrom jupyter_hvd.kernel import lifecycle, pool as _pools\n_p = _pools.current()\n"
+            "def _stop_when_restarting():\n    while _p.state != 'restarting':\n        time.sleep(0.01)\n"
+            "    time.sleep(0.5)\n    lifecycle.stop(_p)\n"
+            "threading.Thread(target=_stop_when_restarting, daemon=True).start()"
+        ).check()
+        r = k.run("%%hvd\nimport os, time\nif rank == 1:\n    os._exit(3)\ntime.sleep(30)", timeout=120)
+        assert r.status == "error"
+        said = r.error_text + r.stderr
+        assert "The pool was stopped while its engines started." in said, said
+        assert "AssertionError" not in said, said
+        assert wait_until_gone(f"hvd-{k.pid}-", timeout=20) == []
+        r = k.run("%%hvd\n1")
+        assert "No jupyter-hvd pool is running" in r.stderr, r.stderr
     finally:
         k.shutdown()
     assert wait_until_gone(f"hvd-{k.pid}-") == []

@@ -1,5 +1,5 @@
 """A pool that never hangs: a seeded random fault campaign on a real 2-rank pool in a real kernel
-(jupyter_hvd/faults.py: raise, uneven collectives, mismatched names, exit, sys.exit, os._exit, SIGSTOP/SIGCONT,
+(jupyter_hvd/testing/faults.py: raise, uneven collectives, mismatched names, exit, sys.exit, os._exit, SIGSTOP/SIGCONT,
 SIGKILL, the stop button), each followed by a healthy cell.
 
 HVD_FAULT_CYCLES (default 50) and HVD_FAULT_SEED (default 20261124) set the length and the draw; a longer soak:
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from jupyter_hvd.faults import campaign
+from jupyter_hvd.testing.faults import campaign
 
 
 def test_faults_never_hang_the_notebook(_state_dir):
@@ -31,3 +31,14 @@ def test_faults_never_hang_the_notebook(_state_dir):
     assert result["unexpected"] == [], [str(o) for o in result["unexpected"][:2]]
     assert result["leaked_processes"] == 0
     assert result["kernel_rss_growth_mb"] < 64
+
+
+def test_faults_in_torch_distributed_collectives_never_hang_the_notebook(_state_dir):
+    """The same campaign on a --torch-distributed pool, in dist.all_reduce: every kind once, then at random."""
+    cycles = int(os.environ.get("HVD_TORCH_FAULT_CYCLES", "12"))
+    result = campaign(cycles, 20261127, _state_dir, torch_distributed=True)
+    for o in result["outcomes"]:
+        print(f"  cycle {o['cycle']:<3} {o['fault']:<20} {o['seconds']:.2f} s {'' if o['ended'] else 'HUNG'}")
+    assert result["hung"] == 0, [o for o in result["outcomes"] if not o["ended"]]
+    assert result["unexpected"] == [], [str(o) for o in result["unexpected"][:2]]
+    assert result["leaked_processes"] == 0

@@ -78,3 +78,36 @@ def test_a_kept_cuda_value_comes_back_on_each_ranks_own_gpu(ip):
             assert where[2:] == (r.rank + 1.0, 1)
     finally:
         ip.run_line_magic("hvd_stop", "")
+
+
+def test_ddp_and_fsdp2_train_on_the_gpus_with_nccl(ip):
+    """A --torch-distributed pool on GPU ranks: NCCL, DDP then FSDP2 train and their losses fall."""
+    from jupyter_hvd.kernel import pool as pools
+
+    n = min(2, torch.cuda.device_count())
+    ip.run_line_magic("hvd_start", f"-np {n} --torch-distributed")
+    try:
+        p = pools.current()
+        assert all("torch/NCCL" in r.tensor_ops for r in p.ranks), [r.tensor_ops for r in p.ranks]
+        ip.run_cell_magic(
+            "hvd",
+            "",
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "from torch.distributed.fsdp import fully_shard\n"
+            "torch.manual_seed(0)\nX = torch.randn(256, 32, device=device)\nY = X.sum(1, keepdim=True)\n"
+            "def train(model):\n    opt = torch.optim.Adam(model.parameters(), lr=0.01)\n    out = []\n"
+            "    for _ in range(30):\n        opt.zero_grad()\n"
+            "        loss = torch.nn.functional.mse_loss(model(X), Y)\n        loss.backward()\n        opt.step()\n"
+            "        out.append(loss.item())\n    return out\n"
+            "ddp = train(DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))"
+            ".to(device)))\n"
+            "net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(device)\n"
+            "fully_shard(net)\nfsdp = train(net)\nbackend = str(dist.get_backend())",
+        )
+        engine = p.client[p.ranks[0].engine_id]
+        assert engine.pull("backend", block=True) == "nccl"
+        for name in ("ddp", "fsdp"):
+            losses = engine.pull(name, block=True)
+            assert losses[-1] < losses[0] / 2, (name, losses)
+    finally:
+        ip.run_line_magic("hvd_stop", "")

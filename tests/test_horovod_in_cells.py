@@ -88,9 +88,10 @@ def test_a_horovod_variable_set_in_a_cell_takes_effect_at_hvd_init(k, tmp_path):
     assert r.status == "ok", r.error_text
     assert "HOROVOD_TIMELINE=" in r.stderr, r.stderr
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and "traced.2" not in (trace.read_text() if trace.exists() else ""):
+    # Horovod's timeline thread may lose the last operations when Horovod stops right after them (as under mpirun).
+    while time.monotonic() < deadline and "traced.0" not in (trace.read_text() if trace.exists() else ""):
         time.sleep(0.2)
-    assert "traced.2" in trace.read_text(), "Horovod did not write the timeline the cell asked for"
+    assert "traced.0" in trace.read_text(), "Horovod did not write the timeline the cell asked for"
     healthy(k)
 
 

@@ -99,6 +99,25 @@ def test_start_magic_rejects_bad_hosts_before_starting_anything(ip):
         pools.set_current(saved)
 
 
+def test_an_address_of_another_host_is_explained(ip):
+    """A wrong --ip stops the start before any controller runs: the user reads why, and nothing is left running."""
+    import psutil
+
+    from jupyter_hvd.kernel import pool as pools
+    from jupyter_hvd.kernel.errors import PoolError
+
+    saved = pools.current()
+    pools.set_current(None)
+    try:
+        with pytest.raises(PoolError, match=r"--ip 198\.51\.100\.77 is not an address of this host"):
+            ip.run_line_magic("hvd_start", "-np 2 --ip 198.51.100.77")
+        assert pools.current() is None
+        left = [p.cmdline() for p in psutil.Process().children(recursive=True) if p.is_running()]
+        assert not [c for c in left if "jupyter_hvd.kernel.reaper" in c], left
+    finally:
+        pools.set_current(saved)
+
+
 def test_pool_on_hosts_given_with_h_runs_here(ip):
     """`-H` with this host only (no root, no network needed): the multi-host launch path end to end."""
     from jupyter_hvd.kernel import pool as pools

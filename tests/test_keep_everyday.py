@@ -63,7 +63,7 @@ def kernel():
 
 def test_each_rank_gets_its_own_sampler_counters_and_a_scheduler_that_drives_the_live_optimizer(kernel):
     k = kernel
-    assert k.run(START, timeout=120).status == "ok"
+    k.run(START, timeout=120).check()
     assert k.run(EVERYDAY).status == "ok"
     assert k.run("%hvd_keep sampler model opt sched seen history").status == "ok"
     assert k.run(STEP).status == "ok"
@@ -88,7 +88,7 @@ def test_each_rank_gets_its_own_sampler_counters_and_a_scheduler_that_drives_the
 
 def test_one_value_that_cannot_be_kept_spoils_nothing_and_commit_never_raises(kernel):
     k = kernel
-    assert k.run(START, timeout=120).status == "ok"
+    k.run(START, timeout=120).check()
     setup = "%%hvd --setup\nmodel = torch.nn.Linear(3, 1)\nsteps = 0\nfeed = (i for i in range(100))\n"
     assert k.run(setup).status == "ok"
     r = k.run("%hvd_keep model feed steps")
@@ -116,7 +116,7 @@ def test_one_value_that_cannot_be_kept_spoils_nothing_and_commit_never_raises(ke
 
 def test_pushed_values_are_replayed_in_order_with_the_setup_cells(kernel):
     k = kernel
-    assert k.run(START, timeout=120).status == "ok"
+    k.run(START, timeout=120).check()
     assert k.run("cfg = {'width': 5}\n%hvd_push cfg").status == "ok"
     r = k.run("%%hvd --setup\nmodel = torch.nn.Linear(cfg['width'], 1)\nsteps = 0")
     assert r.status == "ok", r.error_text
@@ -133,7 +133,7 @@ def test_pushed_values_are_replayed_in_order_with_the_setup_cells(kernel):
 
 def test_a_module_that_differs_between_ranks_is_kept_per_rank_and_said_once(kernel):
     k = kernel
-    assert k.run(START, timeout=120).status == "ok"
+    k.run(START, timeout=120).check()
     # BatchNorm statistics are not synchronised by data-parallel training: each rank's differ.
     setup = "%%hvd --setup\ntorch.manual_seed(0)\nnet = torch.nn.BatchNorm1d(3)\n"
     assert k.run(setup).status == "ok"
@@ -155,7 +155,7 @@ def test_a_failed_replay_never_loses_the_last_good_snapshot_and_a_mended_restart
     k = kernel
     data = tmp_path / "width.txt"
     data.write_text("4")
-    assert k.run(START, timeout=120).status == "ok"
+    k.run(START, timeout=120).check()
     setup = f"%%hvd --setup\nmodel = torch.nn.Linear(int(open({str(data)!r}).read()), 1)\nsteps = 0"
     assert k.run(setup).status == "ok"
     assert k.run("%hvd_keep model steps").status == "ok"
@@ -181,7 +181,7 @@ def test_a_failed_replay_never_loses_the_last_good_snapshot_and_a_mended_restart
 
 def test_rewind_goes_back_to_an_earlier_snapshot_in_the_running_pool_and_tags_keep_one(kernel):
     k = kernel
-    assert k.run(START, timeout=120).status == "ok"
+    k.run(START, timeout=120).check()
     assert k.run("%%hvd --setup\nmodel = torch.nn.Linear(2, 1, bias=False)\nepoch = 0").status == "ok"
     assert k.run("%hvd_keep model epoch").status == "ok"
     train = (
@@ -205,3 +205,24 @@ def test_rewind_goes_back_to_an_earlier_snapshot_in_the_running_pool_and_tags_ke
     assert (epoch, same) == ("1", "True"), r.stdout
     status = k.run("%hvd_status").stdout
     assert "Snapshots on disk:" in status, status
+
+
+def test_a_snapshot_whose_files_are_gone_falls_back_to_the_one_before(kernel):
+    k = kernel
+    k.run(START, timeout=120).check()
+    assert k.run("%%hvd --setup\nsteps = 0").status == "ok"
+    assert k.run("%hvd_keep steps").status == "ok"
+    assert k.run("%%hvd\nsteps = 1").status == "ok"
+    assert k.run("%%hvd\nsteps = 2").status == "ok"
+    assert "Last snapshot (#3)" in k.run("%hvd_keep").stdout  # every rank's part is written
+    # The newest snapshot's files disappear (a cleaned disk): both ranks' parts of it.
+    code = (
+        "from jupyter_hvd.kernel import pool\nimport shutil\np = pool.current()\n"
+        "g = p.keeper.snapshots.newest()\nfor r, part in g.parts.items():\n"
+        "    shutil.rmtree(p.directory / 'kept' / f'rank-{r}' / f'{part[0]:08d}-{part[1]:04d}')\nprint('@@', g.number)"
+    )
+    gone = k.run(code).stdout.split("@@ ")[1].strip()
+    r = k.run("%hvd_restart", timeout=120)
+    assert r.status == "ok", r.error_text
+    assert f"snapshot #{gone} could not be read on any rank" in r.stdout and "restored steps" in r.stdout, r.stdout
+    assert "steps 1" in k.run("%%hvd\nprint('steps', steps)").stdout

@@ -43,6 +43,14 @@ def test_connection_and_state_files_are_owner_only(pool):
         assert stat.S_IMODE(os.stat(f).st_mode) & 0o077 == 0, f"{f} is readable by others"
 
 
+def test_open_mpis_session_files_are_in_the_pools_private_directory(pool):
+    mpiexec = [p["pid"] for p in pool.launcher.processes() if p["role"] == "mpiexec"]
+    assert mpiexec, pool.launcher.processes()
+    # Not in /tmp, where another pool's launcher works beside them and a killed mpiexec leaves them behind.
+    assert not Path(f"/tmp/ompi.{mpiexec[0]}").exists()
+    assert (pool.directory / f"ompi.{mpiexec[0]}").is_dir()
+
+
 def client_file(pool, tmp_path: Path, key: str | None) -> Path:
     src = Path(pool.launcher.cluster.profile_dir) / "security" / f"ipcontroller-{pool.id}-client.json"
     info = json.loads(src.read_text())

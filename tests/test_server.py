@@ -142,7 +142,7 @@ async def test_one_pool_and_unknown_pools(jp_fetch, state_dir, kernel_id):
 
 async def test_actions_reach_the_pools_kernel(jp_fetch, state_dir, kernel_id):
     write_pool("hvd-1-1", psutil.Process(), kernel_id=kernel_id)
-    for action in ("interrupt", "restart", "stop"):
+    for action in ("interrupt", "restart", "stop", "where", "where-full"):
         resp = await jp_fetch("jupyter-hvd", "pools", "hvd-1-1", action, method="POST", body="")
         assert resp.code == 202
         # The kernel's watcher takes this file within a second and carries the action out.

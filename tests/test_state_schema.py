@@ -1,6 +1,6 @@
 """The pool file's schema is defined once and the other places are held to it.
 
-jupyter_hvd/state.py defines the pool file as dataclasses (PoolRecord, RankRecord, Straggler, Nonfinite); the
+jupyter_hvd/state/schema.py defines the pool file as dataclasses (PoolRecord, RankRecord, Straggler, Nonfinite); the
 kernel writes exactly those (kernel/pool_file.py); the server (jupyter_hvd/server/registry.py `describe`) turns a
 file into what the sidebar gets; the sidebar's TypeScript model (labextension/src/model.ts `IPool`, `IRank`,
 `IStraggler`, `INonfinite`) types what it gets. Each test fails with the names that differ and where to add them.
@@ -59,6 +59,7 @@ def full_pool_file() -> dict:
         ranks=[rank],
         straggler=state.Straggler(0, 1.5, "rank 0 is the straggler"),
         nonfinite=state.Nonfinite(0, 3.0, "loss", "loss became nan"),
+        where=state.WhereReport(1.0, "the sidebar asked", False, "rank 0: idle", ["idle"]),
         processes=[state.ProcessEntry(1, 1.0, "controller")],
     )
     return asdict(record)
@@ -102,7 +103,8 @@ def test_every_pool_field_reaches_the_sidebar_or_is_kept_back_on_purpose() -> No
 
 
 def test_the_typescript_objects_match_the_schema() -> None:
-    for record, interface in ((state.Straggler, "IStraggler"), (state.Nonfinite, "INonfinite")):
+    pairs = ((state.Straggler, "IStraggler"), (state.Nonfinite, "INonfinite"), (state.WhereReport, "IWhereReport"))
+    for record, interface in pairs:
         problem = differ(
             ts_interface(interface), f"model.ts {interface}", set(state.field_names(record)), f"state.{record.__name__}"
         )

@@ -333,3 +333,20 @@ def test_a_pool_without_horovod_starts_and_trains_with_ddp(tmp_path, monkeypatch
     finally:
         k.shutdown()
     assert wait_until_gone(f"hvd-{k.pid}-") == []
+
+
+def test_a_slow_rank_in_ddp_is_named_the_straggler(kernel):
+    """DDP's buckets are timed by a communication hook: rank 1, 30 ms slower per step, is named under the cell."""
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run(DDP_SETUP).status == "ok"
+    cell = (
+        "%%hvd\nimport time\ndef step(i):\n    opt.zero_grad()\n    F.mse_loss(model(X[:32]), Y[:32]).backward()\n"
+        "    if rank == 1:\n        time.sleep(0.03)\n    opt.step()\n"
+        "t0 = time.monotonic()\nfor i in range(20):\n    step(i)\n"
+        "n = [int(14 * 20 / (time.monotonic() - t0))]\ndist.broadcast_object_list(n, src=0)\n"
+        "for i in range(n[0]):\n    step(i)\n"
+    )
+    r = k.run(cell, timeout=120)
+    assert r.status == "ok", r.error_text
+    assert re.search(r"rank 1 is the straggler: [\d.]+x the others' compute per step", r.stderr), r.stderr

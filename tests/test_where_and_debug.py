@@ -1,6 +1,7 @@
-"""When a cell is stuck or broken: where every rank is (the stop button, a stall Horovod reports, %hvd_where, a
-frozen rank), and pdb on any rank from the notebook (%hvd_debug after a failure, breakpoint() in a cell), driven by
-a real kernel client that answers the input requests. The next cell works after each.
+"""When a cell is stuck or broken: where every rank is (the stop button, a stall Horovod reports, %hvd_where, the
+sidebar's Where, a frozen rank, a rank holding the GIL in native code), and pdb on any rank from the notebook
+(%hvd_debug after a failure, breakpoint() in a cell), driven by a real kernel client that answers the input requests.
+The next cell works after each.
 
 Real kernels with real 2-rank CPU pools.
 """
@@ -16,6 +17,8 @@ import time
 
 import pytest
 from conftest import Kernel, wait_until_gone
+
+from jupyter_hvd import state
 
 HEALTHY = "%%hvd\nprint('healthy', hvd.allreduce(torch.ones(1), op=hvd.Sum, name='healthy').item())"
 STUCK = """%%hvd
@@ -51,13 +54,45 @@ def press_stop(k: Kernel, after: float):
     return lambda _result: threading.Timer(after, k.km.interrupt_kernel).start()
 
 
+def pool_file(k: Kernel) -> dict:
+    """This kernel's pool file, as the sidebar's server reads it."""
+    pools = [p for p in state.list_pools() if p["kernel_pid"] == k.pid]
+    assert len(pools) == 1, pools
+    return pools[0]
+
+
+def where_in_pool_file(k: Kernel, newer_than: float = 0.0) -> dict:
+    """The pool file's picture of where the ranks are, once one newer than `newer_than` is there (the kernel's
+    watcher writes the file within about a second)."""
+    deadline = time.monotonic() + 10
+    while (pool_file(k)["where"] or {}).get("asked", 0.0) <= newer_than:
+        assert time.monotonic() < deadline, f"no picture newer than {newer_than} in the pool file"
+        time.sleep(0.1)
+    return pool_file(k)["where"]
+
+
 def test_the_stop_button_on_a_stuck_cell_names_where_each_rank_is(kernel):
     k = kernel
     r = k.run(STUCK, timeout=60, on_start=press_stop(k, 2.0))
     assert r.status == "error"
     said = r.stderr
+    assert "where the ranks were when you interrupted:" in said, said
     assert "rank 0: waiting in allreduce 'grad_sync' (cell line 7)" in said, said
     assert "rank 1: in load_batch() (cell line 4) -> time.sleep(60)" in said, said
+    assert "(cell line 7)" in where_in_pool_file(k)["places"][0]  # the sidebar has the same picture
+    healthy(k)
+
+
+def test_where_full_shows_the_library_frames_too(kernel):
+    k = kernel
+    cell = STUCK.replace("%%hvd\n", "%%hvd --where-full\n")
+    r = k.run(cell, timeout=60, on_start=press_stop(k, 2.0))
+    assert r.status == "error"
+    said = r.stderr
+    assert "rank 0: waiting in allreduce 'grad_sync' (cell line 7)" in said, said
+    # Horovod's own frames, folded without --where-full, under rank 0's line.
+    rank0 = said.split("rank 0: waiting in allreduce", 1)[1].split("rank 1:", 1)[0]
+    assert re.search(r"allreduce \(\S*horovod/torch/mpi_ops.py:\d+\)", rank0), rank0
     healthy(k)
 
 
@@ -67,9 +102,9 @@ def test_a_stall_horovod_reports_shows_where_the_ranks_are(kernel):
     r = k.run(cell, timeout=60)
     assert r.status == "ok", r.error_text
     said = r.stderr
-    assert "Horovod reports a stall. Where the ranks were:" in said, said
+    assert "where the ranks were when Horovod reported a stall:" in said, said
     assert "rank 0: waiting in allreduce 'late' (cell line 5)" in said, said
-    assert "rank 1: in (cell line 4) -> time.sleep(7)" in said, said
+    assert "rank 1: at cell line 4 -> time.sleep(7)" in said, said
     healthy(k)
 
 
@@ -94,10 +129,62 @@ def test_a_frozen_rank_is_named_with_the_stack_read_from_outside(kernel):
         with contextlib.suppress(ProcessLookupError):  # the pool's restart ended it
             os.kill(rank1, signal.SIGCONT)
     said = r.stderr
-    assert "rank 1: frozen (stopped by SIGSTOP or Ctrl-Z): " in said, said
-    frozen = said.split("rank 1: frozen", 1)[1].splitlines()[0]
-    assert re.search(r"<module> \(cell line [45]\)$", frozen), f"the stack read by py-spy: {frozen}"
+    frozen = re.search(r"rank 1: frozen \(stopped by SIGSTOP or Ctrl-Z\), read from outside: (.*)", said)
+    assert frozen, said
+    # py-spy's Python frames of the stopped process: the cell's line, and what it was in.
+    assert re.match(r"at cell line [45] -> ", frozen.group(1)), f"the stack read by py-spy: {frozen.group(1)}"
     assert "rank 0: waiting in allreduce 'spin'" in said, said
+    healthy(k)
+
+
+def test_a_rank_holding_the_gil_in_native_code_is_named_with_its_native_stack(kernel):
+    k = kernel
+    # A regular expression that backtracks for minutes: the regex engine holds the GIL, so the rank's own thread
+    # cannot answer; it checks for signals, so the stop button still ends it.
+    cell = "%%hvd\nimport re\nif rank == 1:\n    re.match(r'(a+)+$', 'a' * 40 + 'b')\nhvd.allreduce(torch.ones(1))\n"
+    r = k.run(cell, timeout=60, on_start=press_stop(k, 2.5))
+    assert r.status == "error"
+    said = r.stderr
+    busy = re.search(r"rank 1: not answering \(busy in native code\), read from outside: (.*)", said)
+    assert busy, said
+    # The innermost frame py-spy read is native (a C function: no module before its name), below re.match.
+    assert re.fullmatch(r"at cell line 4 -> re\.match -> (\.\.\. -> )?\w+", busy.group(1)), busy.group(1)
+    assert "rank 0: waiting in allreduce" in said, said
+    healthy(k)
+
+
+def test_hvd_where_and_the_sidebars_where_between_cells(kernel):
+    k = kernel
+    r = k.run("%hvd_where")
+    assert r.status == "ok", r.error_text
+    assert "ranks 0-1: idle (no cell running)" in r.stdout, r.stdout
+    before = where_in_pool_file(k)
+    assert before["why"] == "%hvd_where asked"
+    state.request_action(pool_file(k)["id"], "where-full")  # what the sidebar's server does
+    where = where_in_pool_file(k, newer_than=before["asked"])
+    assert where["why"] == "the sidebar asked" and where["full"], where
+    assert where["places"] == ["idle (no cell running)"] * 2, where
+    healthy(k)
+
+
+def test_the_sidebars_where_during_a_cell_is_said_under_it(kernel):
+    k = kernel
+
+    def ask_where(_result) -> None:
+        def later() -> None:
+            time.sleep(2.0)
+            state.request_action(pool_file(k)["id"], "where")
+
+        threading.Thread(target=later, daemon=True).start()
+
+    cell = "%%hvd\nimport time\ndef step():\n    time.sleep(5)\nif rank == 0:\n    step()\nprint('done')\n"
+    r = k.run(cell, timeout=60, on_start=ask_where)
+    assert r.status == "ok", r.error_text
+    said = r.stderr
+    assert "where the ranks were when the sidebar asked:" in said, said
+    assert "rank 0: in step() (cell line 4) -> time.sleep(5)" in said, said
+    assert "rank 1: finished the cell" in said, said
+    assert where_in_pool_file(k)["places"][0].startswith("in step() (cell line 4)")
     healthy(k)
 
 
@@ -110,12 +197,36 @@ def test_hvd_debug_opens_pdb_in_the_failing_frame_of_the_rank_that_raised(kernel
     assert k.run(failing).status == "error"
     r = k.run("%hvd_debug", inputs=["p local_value", "p x + 1", "q"], timeout=60)
     assert r.status == "ok", r.error_text
-    assert r.prompts == ["(Pdb) "] * 3, r.prompts
+    assert r.prompts == ["(Pdb rank 1) "] * 3, r.prompts
     assert "pdb on rank 1" in r.stdout and "raise ValueError('boom')" in r.stdout, r.stdout
     assert "\n42\n7\n" in r.stdout, r.stdout
     healthy(k)
     r = k.run("%hvd_debug --rank 0")
     assert r.status == "error" and "Nothing to debug on rank 0" in r.stderr + r.error_text, r.stderr
+
+
+def test_the_stop_button_leaves_hvd_debug(kernel):
+    k = kernel
+    assert k.run("%%hvd\nx = 3\nraise ValueError('boom')").status == "error"
+
+    def stop_instead(_prompt: str) -> None:
+        k.km.interrupt_kernel()
+
+    r = k.run("%hvd_debug --rank 1", inputs=stop_instead, timeout=60)
+    assert r.prompts == ["(Pdb rank 1) "], r.prompts
+    assert r.status == "error" and "KeyboardInterrupt" in r.error_text, r.error_text
+    healthy(k)
+
+    # The stop button while the rank runs a long pdb command: the rank is interrupted, and pdb quits.
+    def sleep_then_stop(_prompt: str) -> str:
+        threading.Timer(2.0, k.km.interrupt_kernel).start()
+        return "__import__('time').sleep(60)"
+
+    started = time.monotonic()
+    r = k.run("%hvd_debug --rank 1", inputs=sleep_then_stop, timeout=60)
+    assert r.status == "error" and "KeyboardInterrupt" in r.error_text, r.error_text
+    assert time.monotonic() - started < 20, "the rank's command was not interrupted"
+    healthy(k)
 
 
 def test_breakpoint_in_a_cell_stops_that_rank_in_pdb_and_the_others_wait_for_it(kernel):
@@ -126,7 +237,51 @@ def test_breakpoint_in_a_cell_stops_that_rank_in_pdb_and_the_others_wait_for_it(
     )
     r = k.run(cell, inputs=["p y", "n", "p y", "c"], timeout=60)
     assert r.status == "ok", r.error_text
+    assert r.prompts == ["(Pdb rank 1) "] * 4, r.prompts
     assert "rank 1 is in the debugger (pdb)" in r.stderr, r.stderr
     assert "\n5\n" in r.stdout and "\n99\n" in r.stdout, r.stdout
     assert "rank 0 y 5 2.0" in r.stdout, r.stdout
+    healthy(k)
+
+
+def test_a_rank_in_pdb_is_not_taken_for_uneven_collectives(kernel):
+    k = kernel
+    # Rank 0 finishes its part while rank 1, in pdb, steps over an allreduce of its own: without the debugger that
+    # is a mismatch (ended within seconds); here it waits for the user, who then quits.
+    cell = "%%hvd\nif rank == 1:\n    breakpoint()\n    hvd.allreduce(torch.ones(1), name='only_rank_1')\n"
+    started = time.monotonic()
+    answers = iter(["n"])
+
+    def step_then_wait(_prompt: str) -> str:
+        answer = next(answers, None)
+        if answer is None:  # the second prompt (after the allreduce, or never): wait past the mismatch check first
+            time.sleep(max(0.0, started + 9 - time.monotonic()))
+            return "q"
+        return answer
+
+    def stop_later(_result) -> None:
+        threading.Timer(14, k.km.interrupt_kernel).start()
+
+    r = k.run(cell, inputs=step_then_wait, timeout=60, on_start=stop_later)
+    assert time.monotonic() - started > 8, "the cell ended while rank 1 was in the debugger"
+    assert "Collectives did not match" not in r.error_text + r.stderr, r.error_text + r.stderr
+    healthy(k)
+
+
+def test_q_or_the_stop_button_at_a_breakpoints_prompt_ends_the_cell_on_every_rank(kernel):
+    k = kernel
+    cell = "%%hvd\nif rank == 1:\n    breakpoint()\nhvd.allreduce(torch.ones(1), name='after_bp')\nprint('went on')"
+    r = k.run(cell, inputs=["q"], timeout=60)
+    assert r.status == "error" and "went on" not in r.stdout, r.stdout
+    assert "Interrupted: ranks 0-1 stopped." in r.error_text, r.error_text  # pdb's quit, not an error of the user's
+    healthy(k)
+
+    def stop_instead(_prompt: str) -> None:
+        k.km.interrupt_kernel()
+
+    r = k.run(cell, inputs=stop_instead, timeout=60)
+    assert r.status == "error", r.stdout
+    assert "went on" not in r.stdout, r.stdout
+    assert "rank 1: in the debugger (pdb) at cell line 4" in r.stderr, r.stderr
+    assert "rank 0: waiting in allreduce 'after_bp' (cell line 4)" in r.stderr, r.stderr
     healthy(k)

@@ -6,8 +6,10 @@ for an empty cell on 2 ranks here; two sockets straight to the kernel take well 
 cell's hot path (the bootstrap, push/pull, timeline files) still goes through ipyparallel.
 
 Requests are handled on the engine's main thread, on ipykernel's event loop, one at a time, as ipyparallel's own
-requests are: a join or rest sent after a cell runs after it. Output and the cell's end share one socket, so the
-kernel has all of a cell's output when it learns the cell ended.
+requests are: a join or rest sent after a cell runs after it. A thread of its own reads them and hands them over, and
+answers two at once itself: "where" and the user's answers to pdb, which must not wait for the cell (or pdb) that
+holds the main thread. Output and the cell's end share one socket, so the kernel has all of a cell's output when it
+learns the cell ended.
 
 Imported on the engines only.
 """
@@ -54,6 +56,7 @@ from . import collectives, debugger, idle, keep, outbox, runner, where
 FLUSH_S = 0.02
 OUTPUT_CHUNK = 2**20  # characters of output per message (at most 4 bytes each: below wire.MAX_MESSAGE_BYTES)
 DISPLAY_BYTES_PER_CELL = 64 * 2**20  # displays of one cell beyond this are replaced by a note
+BETWEEN_CHARS = 20_000  # output between two cells sent to the kernel (a thread printing in a loop is cut there)
 
 
 class Channel:
@@ -124,8 +127,11 @@ class Channel:
                 continue  # not from this pool's kernel (unsigned, of another version) or a replay: dropped
             self._kernel_seq = signed.seq
             message = signed.message
-            if isinstance(message, Where):
-                self.send(where.place(self.rank, message.n, self.cell, debugger.active()))
+            if isinstance(message, Where):  # on this thread: the main one may be busy in the cell, or in pdb
+                try:
+                    self.send(where.place(self.rank, message.n, self.cell, debugger.active()))
+                except Exception as exc:  # the kernel names this rank as not answering; the reading goes on
+                    self.problem(f"'where' could not be answered: {type(exc).__name__}: {exc}")
             elif isinstance(message, InputReply):
                 debugger.reply(message)
             else:
@@ -162,6 +168,8 @@ class Channel:
             self.send(Debugged(self.rank, message.n, error if isinstance(error, str) else str(error.get("error"))))
 
     def _run_cell(self, request: RunCell) -> None:
+        self.send_output()  # what was printed between cells leaves as such, before the cell's own output
+        self._between_chars = 0
         self.cell = request.cell
         self.count = request.count
         self._display_bytes = 0
@@ -283,6 +291,19 @@ class Channel:
                 self.problem(f"the collectives watch failed: {type(exc).__name__}: {exc}")
                 time.sleep(5)
 
+    _between_chars = 0  # output between cells since the last cell ended (a budget, as a cell's)
+
+    def _between(self, name: str, text: str) -> None:
+        """Output written while no cell runs (a user's thread, Horovod's warnings): sent to the kernel, which shows
+        it under the next cell; beyond BETWEEN_CHARS until then, counted only."""
+        if self._between_chars < BETWEEN_CHARS:
+            self.write(name, text[: BETWEEN_CHARS - self._between_chars])
+        self._between_chars += len(text)
+        if self._between_chars >= BETWEEN_CHARS and self._between_chars - len(text) < BETWEEN_CHARS:
+            self.write(
+                name, f"\n[jupyter-hvd] more output between cells was left out (over {BETWEEN_CHARS} characters)\n"
+            )
+
     def _in_child(self) -> None:
         self._forked = True
 
@@ -298,6 +319,11 @@ class Channel:
                 target = getattr(sys, _name)
                 if self.cell is not None and target is not _stream:
                     return target.write(text)
+                # A thread of the user's between cells: to the kernel. The main thread between cells runs what
+                # ipyparallel asks (%%px, apply), whose output ipykernel sends to that request.
+                if self.cell is None and not self._forked and threading.current_thread() is not threading.main_thread():
+                    self._between(_name, text)
+                    return len(text)
                 return _original(text)
 
             stream.write = write

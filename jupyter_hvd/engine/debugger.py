@@ -10,6 +10,7 @@ Imported on the engines only.
 
 from __future__ import annotations
 
+import bdb
 import io
 import pdb
 import queue
@@ -23,6 +24,7 @@ from . import outbox
 
 _replies: queue.Queue[tuple[int, str]] = queue.Queue()
 _active = threading.Event()  # pdb holds this rank's main thread
+_breakpoint_cell: int | None = None  # the cell whose breakpoint() holds this rank, as the kernel was told
 last_failure: TracebackType | None = None  # where this rank's last failed cell raised (runner.py keeps it)
 
 
@@ -34,6 +36,16 @@ def active() -> bool:
 def reply(message: wire.InputReply) -> None:
     """A command typed in the notebook for this rank's pdb (from the channel's reading thread)."""
     _replies.put((message.n, message.text))
+
+
+def failed(exc: BaseException) -> None:
+    """A cell raised `exc` on this rank: %hvd_debug opens pdb where it did (not for an interrupt, an exit or pdb's
+    own quit, which are no failure of the user's code)."""
+    global last_failure
+    if not isinstance(exc, (KeyboardInterrupt, SystemExit, bdb.BdbQuit)) and exc.__traceback__ is not None:
+        last_failure = exc.__traceback__.tb_next  # the cell's frames, without the runner's
+    elif isinstance(exc, bdb.BdbQuit):
+        last_failure = None  # nothing of the user's failed: an older failure's frames would mislead
 
 
 class _Prompt(io.TextIOBase):
@@ -51,10 +63,13 @@ class _Prompt(io.TextIOBase):
         while not _replies.empty():  # an answer to an earlier session's prompt
             _replies.get_nowait()
         outbox.send(wire.InputRequest(outbox.rank(), self._n, self._cell, self.prompt))
-        while True:
-            n, text = _replies.get()
-            if n == self._n:
-                return text + "\n"
+        try:
+            while True:
+                n, text = _replies.get()
+                if n == self._n:
+                    return text + "\n"
+        except KeyboardInterrupt:  # the stop button (or the wind-down's SIGINT): leave pdb, as its quit does
+            return "q\n"
 
 
 class _Output(io.TextIOBase):
@@ -82,6 +97,43 @@ class _RemotePdb(pdb.Pdb):
         self.prompt = prompt.prompt
 
 
+class _BreakpointPdb(_RemotePdb):
+    """A breakpoint()'s pdb: the rank is in the debugger from the breakpoint until pdb stops tracing (continue
+    without breakpoints left, quit) or the cell ends."""
+
+    def set_continue(self) -> None:
+        super().set_continue()
+        if not self.breaks:
+            _leave()
+
+    def set_quit(self) -> None:
+        super().set_quit()
+        _leave()
+
+
+def _enter(cell: int) -> None:
+    global _breakpoint_cell
+    _active.set()
+    if _breakpoint_cell != cell:
+        _breakpoint_cell = cell
+        outbox.send(wire.Debugging(outbox.rank(), cell, True))
+
+
+def _leave() -> None:
+    global _breakpoint_cell
+    _active.clear()
+    if _breakpoint_cell is not None:
+        outbox.send(wire.Debugging(outbox.rank(), _breakpoint_cell, False))
+        _breakpoint_cell = None
+
+
+def cell_ended() -> None:
+    """The running cell ended: a breakpoint's session (breakpoints left, never reached again) ends with it."""
+    if _breakpoint_cell is not None:
+        sys.settrace(None)  # a session with breakpoints left traces until here: not into the engine's own code
+        _leave()
+
+
 def post_mortem(n: int) -> str:
     """Debug session `n`: pdb in the frame where the last failed cell raised, until the user quits; '' or why there
     is nothing to debug."""
@@ -99,17 +151,13 @@ def post_mortem(n: int) -> str:
 
 def breakpointhook(*args: Any, **kwargs: Any) -> None:
     """`breakpoint()` in a cell: pdb on this rank where it is called; the other ranks go on until they need it."""
-    _active.set()
-    debugger = _RemotePdb(0, outbox.running_cell())
-    frame = sys._getframe(1)
-    original = debugger.set_continue
-
-    def done() -> None:
-        _active.clear()
-        original()
-
-    debugger.set_continue = done  # type: ignore[method-assign]
-    debugger.set_trace(frame)
+    cell = outbox.running_cell()
+    if cell is None or threading.current_thread() is not threading.main_thread():
+        # Between cells, or in a thread of the user's that may outlive its cell: nobody could answer its prompt.
+        outbox.problem("breakpoint() was skipped: pdb opens in a running %%hvd cell's own thread only")
+        return
+    _enter(cell)
+    _BreakpointPdb(0, cell).set_trace(sys._getframe(1))
 
 
 def install() -> None:

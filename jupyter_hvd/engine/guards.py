@@ -56,8 +56,11 @@ def _guard_init(hvd: Any) -> None:
             _say("; ".join(plan.named) + ".")
         if not args and not kwargs and not plan.applied:
             return None
+        if not plan.applied and idle.started_plain() and _as_now(hvd, args, kwargs):
+            _say(f"hvd.init({_shown(args, kwargs)}) asks for what Horovod already has on this pool: nothing changes.")
+            return None
         seconds = idle.start_again(real_init, args, kwargs, plan.start_with)
-        asked = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        asked = _shown(args, kwargs)
         env = ", ".join(f"{k}={now}" if now is not None else f"without {k}" for k, (_, now) in plan.applied.items())
         said = f"Horovod started again on every rank ({seconds * 1000:.0f} ms) for hvd.init({asked})"
         said += f" with {env}" if env else ""
@@ -76,6 +79,23 @@ def _guard_init(hvd: Any) -> None:
 
     hvd.init = init
     hvd.shutdown = shutdown
+
+
+def _shown(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    return ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+
+
+def _as_now(hvd: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether hvd.init(*args, **kwargs) asks for the pool's Horovod as it is: every rank, in order, no process sets."""
+    call = {**dict(zip(("comm", "process_sets"), args, strict=False)), **kwargs}
+    if set(call) - {"comm", "process_sets"} or call.get("process_sets"):
+        return False
+    comm = call.get("comm")
+    if comm is None:
+        return True
+    if isinstance(comm, (list, tuple)):
+        return list(comm) == list(range(hvd.size()))
+    return getattr(comm, "Get_size", lambda: -1)() == hvd.size()
 
 
 def _zero_grad_with_set_to_none() -> None:

@@ -276,6 +276,11 @@ def start_again(init: Any, args: tuple[Any, ...], kwargs: dict[str, Any], variab
         return _start(init)
 
 
+def started_plain() -> bool:
+    """Whether Horovod last started as the pool starts it: no process sets or communicator of a cell's."""
+    return not _apart()
+
+
 def started_variables() -> dict[str, str]:
     """The HOROVOD_* variables Horovod last started with (a cell's hvd.init() compares the cell's with them)."""
     return dict(_horovod_env)

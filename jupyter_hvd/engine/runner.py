@@ -153,11 +153,11 @@ def run_cell(
     except BaseException as exc:
         record.ok = False
         record.error = describe_exception(exc)
-        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            debugger.last_failure = exc.__traceback__.tb_next if exc.__traceback__ else None  # %hvd_debug opens it
+        debugger.failed(exc)  # %hvd_debug opens pdb where it raised
     finally:
         if os.getpid() != pid:  # a child forked by the cell (os.fork, multiprocessing) never runs engine code
             os._exit(0 if record.ok else 1)
+        debugger.cell_ended()
         out.finish()
         err.finish()
         sys.stdout, sys.stderr = saved

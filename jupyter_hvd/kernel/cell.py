@@ -27,9 +27,10 @@ from IPython.display import display, publish_display_data
 from .. import state, wire
 from ..metrics import parse_line
 from ..widgets import CellView, plain_view
-from . import debugger, where
+from . import debugger, failures, where
 from .channel import ChannelError
-from .errors import CellFailed, group_errors
+from .errors import CellFailed, group_errors, name_cell
+from .failures import Done, Failure, PoolLost, Wait
 from .keep import Cell
 from .pool import Pool
 from .ranks import format_ranks
@@ -40,23 +41,9 @@ TICK_S = 0.25  # liveness checks while waiting: engine processes, mpiexec
 # A cell still running after this is shown as running in the sidebar at once. Shorter cells are left to the watcher's
 # next round: waking its thread at each start and end took the GIL from the dispatch (an empty cell: +1.3 ms).
 SHOW_RUNNING_AFTER_S = 0.1
-# Collectives that cannot match: every rank still running waits in one, while another rank has finished the cell
-# (this long after both), or while they wait on different tensors (this long). Shorter waits are normal.
-UNEVEN_S = 2.0
-MISMATCH_S = 3.0
-ADVICE = (
-    "Every rank must run the same collectives in the same order: use hvd.join() for uneven last batches, or give "
-    "every rank the same number of batches (DistributedSampler(..., drop_last=True))."
-)
-TORCH_ADVICE = (
-    "Every rank must run the same collectives in the same order: wrap a DDP loop over uneven inputs in DDP's Join "
-    "context manager (torch.distributed.algorithms.Join([model])), or give every rank the same number of batches "
-    "(DistributedSampler(..., drop_last=True))."
-)
-# torch.distributed cannot cancel a collective whose peer failed (Gloo and NCCL end it only when the peer's
-# connection closes): ranks still in one this long after their SIGINT are released by restarting the pool.
-TORCH_RELEASE_S = 2.0
 _cell_numbers = itertools.count(1)
+# Where a rank is that is done with the running cell, in words (CellRun's _RankRun.state).
+_ENDED = {"ok": "finished the cell", "error": "the cell raised an error there", "stopped": "stopped", "dead": "dead"}
 
 
 @dataclass
@@ -73,6 +60,7 @@ class CellOptions:
     display_value: bool = True  # show rank 0's last expression, as a cell does; else run() returns it
     every_value: bool = False  # run() returns every rank's last expression, {rank: value} (display_value False)
     where_full: bool = False  # where the ranks are (stop button, stall) with library frames too
+    time_limit: float | None = None  # seconds the cell may run before it is ended as if interrupted (replays)
 
 
 @dataclass
@@ -85,8 +73,7 @@ class _RankRun:
     joined: bool = False
     ended_after_failure: bool = False  # finished normally, but after another rank had failed
     finished_at: float | None = None
-    waiting: dict[str, Any] | None = None  # the collective this rank has waited in for a while: name, number
-    waiting_since: float | None = None  # kernel clock
+    waiting: Wait | None = None  # the collective this rank has waited in for a while
 
 
 class CellRun:
@@ -97,7 +84,8 @@ class CellRun:
         self.source = source
         self.options = options
         self.number = next(_cell_numbers)  # events of this cell carry it; earlier cells' late events are dropped
-        self.filename = f"<hvd-cell-{self.number}>"
+        self.filename = wire.cell_file(self.number)
+        name_cell(self.number, options.count)  # tracebacks name it as the notebook does: Cell In[count]
         self.view: CellView = options.view or plain_view(options.show_ranks)
         self.runs: dict[int, _RankRun] = {}
         self.failed_at: float | None = None
@@ -106,15 +94,19 @@ class CellRun:
         self.last_lines: dict[int, str] = {}
         self._next_liveness_check = time.monotonic() + TICK_S
         self._stderr_tail = ""  # recent stderr of the shown ranks, where Horovod's stall report lands
-        self.unclean_join: str | None = None  # set when a rank's join left Horovod unfit for the next cell
-        self.lost: str | None = None  # what happened to the pool, when it had to be restarted or was stopped
-        self.mismatch: str | None = None  # why the cell was ended: collectives that could not match
+        self.unclean_join: Failure | None = None  # a rank's join left Horovod unfit for the next cell
+        self.lost: Failure | None = None  # what lost the pool: the caller restarts it (kernel/lifecycle.py)
+        self.ended_by: Failure | None = None  # why the cell was ended on every rank: uneven collectives, a time limit
         self._frozen_since: dict[int, float] = {}
         self._started = time.monotonic()
         self._shown_running = False
         self.pace = StragglerDetector()  # which rank computes longest per step (kernel/straggler.py)
         self._stall_said = False
-        self._in_debugger: set[int] = set()  # ranks whose breakpoint() waits for the user
+        self._in_debugger: set[int] = set()  # ranks a breakpoint() holds in pdb (wire.Debugging)
+        self.interrupted_by = ""  # "from the sidebar": who pressed stop, when it was not the notebook's button
+        # ---- the sidebar's figures of this cell (step, loss, last line per rank) ----
+        self._steps_said: set[int] = set()  # ranks whose step comes from report(), a bar or a printed line
+        self._figures_published = 0.0  # monotonic; the sidebar's figures are written at most 4 times a second
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
@@ -126,6 +118,15 @@ class CellRun:
         new = list(itertools.takewhile(lambda p: p is not self.pool.newest_problem_shown, channel.problems))
         for rank, text in reversed(new):
             print(f"jupyter-hvd: rank {rank}: {text}", file=sys.stderr, flush=True)
+        if channel.between:  # what the ranks printed between cells (a user's thread, Horovod's warnings)
+            by_rank: dict[int, str] = {}
+            for rank, _, text in channel.between:
+                by_rank[rank] = by_rank.get(rank, "") + text
+            channel.between.clear()
+            for rank, text in sorted(by_rank.items()):
+                print(f"jupyter-hvd: rank {rank} printed between cells:\n{text.rstrip()}", file=sys.stderr, flush=True)
+        while self.pool.announcements:  # what happened between cells (a sidebar action)
+            print(f"jupyter-hvd: {self.pool.announcements.pop(0)}", file=sys.stderr, flush=True)
         self._say_snapshot_news()
         for r in self.pool.ranks:
             self.runs[r.rank] = _RankRun(r.rank)
@@ -144,17 +145,24 @@ class CellRun:
                 channel.send(r.rank, request)
         except ChannelError as exc:
             self._check_liveness()
-            raise _PoolLost(f"the cell could not be sent: {exc}") from None
+            raise PoolLost(Failure("unsent", (), f"the cell could not be sent: {exc}", restarts=True)) from None
 
     # ---- the wait loop -------------------------------------------------------------------------------------
 
     def run(self) -> Any:
         """Run the cell on every rank and wait for all of them, whatever happens."""
+        if self.pool.stopped or self.pool.channel is None:
+            raise CellFailed(
+                "The pool was stopped (from the sidebar, or by a failed restart).", "%hvd_restart starts it again."
+            )
         with self.pool.lock:
+            if self.pool.pending_action == "interrupt":
+                self.pool.pending_action = None  # it came for the cell before this one
             first_line = next((ln for ln in self.source.splitlines() if ln.strip()), "")
             self.pool.set_state("running", first_line[:120], publish=False)
             self.pool.file.nonfinite = None
             self.pool.file.straggler = None
+            self.pool.file.start_of_cell()  # the sidebar shows this cell's figures only
             try:
                 self._loop()
             finally:
@@ -170,7 +178,9 @@ class CellRun:
                     self.pool.set_state("idle", publish=self._shown_running)
                 if self.reason is None and self.lost is None and self.options.record:
                     self._succeeded()
-            self._carry_out_pending_action()
+            if self.pool.pending_action == "interrupt":  # the sidebar's Interrupt ended it (kernel/watcher.py)
+                self.pool.pending_action = None
+                self.interrupted_by = "from the sidebar"
         return self._finish()
 
     def _succeeded(self) -> None:
@@ -184,8 +194,7 @@ class CellRun:
         if keeper.names and self.pool.channel is not None:
             gen = (next_number(), 0)  # after this cell's own commit() generations
             try:  # behind this cell on each rank; each copies what changed, a thread writes it
-                for r in self.pool.ranks:
-                    self.pool.channel.send(r.rank, wire.Commit(self.options.count, gen))
+                self.pool.channel.send_all(wire.Commit(self.options.count, gen))
             except ChannelError:
                 pass  # a rank that died after its end: the next cell finds out
         self._say_snapshot_news()
@@ -202,20 +211,11 @@ class CellRun:
         while news:
             print(f"jupyter-hvd: {news.pop(0)}", file=sys.stderr, flush=True)
 
-    def _carry_out_pending_action(self) -> None:
-        """A restart or stop asked for from the sidebar while this cell ran."""
-        action, self.pool.pending_action = self.pool.pending_action, None
-        if action == "restart":
-            self._restart("the pool was restarted from the sidebar")
-        elif action == "stop":
-            self.pool.stop()
-            self.lost = "The pool was stopped from the sidebar; start a new one with %hvd_start -np N."
-
     def _loop(self) -> None:
         try:
             self._submit()
-        except _PoolLost as lost:
-            self._restart(str(lost))
+        except PoolLost as lost:
+            self.lost = lost.failure
             return
         interrupts = 0
         while True:
@@ -226,17 +226,17 @@ class CellRun:
             except KeyboardInterrupt:
                 interrupts += 1
                 if interrupts > 1 or (self.reason == "interrupt" and self._overdue()):
-                    self._restart("you interrupted twice")
+                    self.lost = Failure("overdue", (), "you interrupted twice", restarts=True)
                     return
                 if interrupts == 1 and self.reason is None:
-                    self._say_where("Interrupted")
+                    self._say_where("you interrupted", self.options.where_full)
                 try:
                     self._begin_wind_down("interrupt")
-                except _PoolLost as lost:
-                    self._restart(str(lost))
+                except PoolLost as lost:
+                    self.lost = lost.failure
                     return
-            except _PoolLost as lost:
-                self._restart(str(lost))
+            except PoolLost as lost:
+                self.lost = lost.failure
                 return
 
     def _step(self) -> None:
@@ -252,8 +252,15 @@ class CellRun:
         if time.monotonic() >= self._next_liveness_check:  # psutil per rank: not on every event
             self._next_liveness_check = time.monotonic() + TICK_S
             self._check_liveness()
-        if self.reason is None:
+        if self.pool.where_asked is not None and self.reason is None:  # the sidebar's Where: said under the cell
+            full, self.pool.where_asked = self.pool.where_asked, None
+            self._say_where("the sidebar asked", full)
+        if self.reason is None and not self._in_debugger:  # a rank in pdb keeps the others waiting, on purpose
             self._check_mismatch()
+        limit = self.options.time_limit
+        if self.reason is None and limit is not None and time.monotonic() - self._started > limit:
+            self.ended_by = failures.over_time(limit)
+            self._begin_wind_down("interrupt")
         if self.reason is not None:
             self._advance_wind_down()
         self.view.tick()
@@ -267,17 +274,13 @@ class CellRun:
             return  # a late event of an earlier cell, or of an engine that is no longer in the pool
         if isinstance(ev, wire.Output) and ev.stream == "pdb":
             debugger.show(ev)
-        elif isinstance(ev, wire.InputRequest):  # breakpoint() on that rank
-            if ev.rank not in self._in_debugger:
-                self._in_debugger.add(ev.rank)
-                print(
-                    f"jupyter-hvd: rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in the "
-                    "input box (c continues); the other ranks go on until they wait for it.",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            self.pool.update_rank_stats({ev.rank: {"state": "debugger"}})
-            debugger.answer(self.pool, ev)
+        elif isinstance(ev, wire.Debugging):  # a breakpoint() holds that rank in pdb, or let it go
+            self._note_debugging(ev)
+        elif isinstance(ev, wire.InputRequest):  # pdb at a breakpoint() on that rank waits for a command
+            if self.reason is not None:
+                debugger.send(self.pool, ev, "q")  # the cell is ending: pdb quits, nobody is asked
+            else:
+                debugger.answer(self.pool, ev)  # the stop button there: KeyboardInterrupt, as anywhere in the wait
         elif isinstance(ev, wire.Output):
             self._note_last_line(ev.rank, ev.text)
             if ev.stream == "stderr":
@@ -296,22 +299,43 @@ class CellRun:
             if run.state == "running":
                 self._finished(run, ev.record)
         elif isinstance(ev, wire.Waiting):
-            run.waiting = ev.wait
-            run.waiting_since = time.monotonic() - ev.wait["waited"] if ev.wait else None
+            wait = ev.wait
+            run.waiting = (
+                Wait(ev.rank, str(wait.get("name")), wait.get("number"), time.monotonic() - wait["waited"])
+                if wait
+                else None
+            )
         elif isinstance(ev, wire.Joined):
             run.joined = True
-            if not ev.ok or ev.in_flight:
-                self.unclean_join = (
-                    f"rank {ev.rank} still had {ev.in_flight} Horovod operations in flight after the failure (e.g. "
-                    "gradients of a backward() without step()), which would clash with the next cell"
-                    if ev.ok
-                    else f"rank {ev.rank} could not leave Horovod's collectives ({(ev.error or {}).get('ename')})"
-                )
+            self.unclean_join = self.unclean_join or failures.unclean_join(
+                ev.rank, ev.ok, ev.in_flight, (ev.error or {}).get("ename")
+            )
 
-    def _say_where(self, why: str) -> None:
-        """Where every rank is now, under the cell (kernel/where.py); events that arrive meanwhile are handled."""
-        text = where.ask(self.pool, self.options.where_full, other=self._handle)
-        print(f"jupyter-hvd: {why}. Where the ranks were:\n{text}", file=sys.stderr, flush=True)
+    def _note_debugging(self, ev: wire.Debugging) -> None:
+        """Who is in the debugger: said under the cell, and the rank's state in the sidebar."""
+        if ev.active and ev.rank not in self._in_debugger:
+            self._in_debugger.add(ev.rank)
+            print(
+                f"jupyter-hvd: rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in the "
+                "input box (c continues, q stops the cell); the other ranks go on until they wait for it.",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif not ev.active:
+            self._in_debugger.discard(ev.rank)
+            self.pool.file.end_of_debugging(ev.rank)
+        self.pool.update_rank_stats({ev.rank: {"state": "debugger"}} if ev.active else {})
+
+    def _say_where(self, why: str, full: bool) -> None:
+        """Where every rank is now, under the cell and in the pool file (kernel/where.py); events that arrive
+        meanwhile are handled. Skipped on a second press of the stop button: the wind-down must not wait for it."""
+        ended = {r.rank: _ENDED.get(r.state, r.state) for r in self.runs.values() if r.state != "running"}
+        try:
+            text = where.report(self.pool, why, full, self._handle, (self.number, self.source), ended)
+        except KeyboardInterrupt:
+            print("jupyter-hvd: where the ranks were: not asked (interrupted).", file=sys.stderr, flush=True)
+            return
+        print(f"jupyter-hvd: where the ranks were when {why}:\n{where.indented(text)}", file=sys.stderr, flush=True)
 
     def _note_last_line(self, rank: int, text: str) -> None:
         lines = [ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
@@ -322,9 +346,10 @@ class CellRun:
             parsed = parse_line(self.last_lines[rank])
             if parsed.step is not None:
                 stats["step"] = parsed.step
+                self._steps_said.add(rank)
             if "loss" in parsed.values:
                 stats["loss"] = parsed.values["loss"]
-            self.pool.update_rank_stats({rank: stats}, publish=False)
+            self._figures(rank, stats)
         if self.pool.file.nonfinite is None and ("nan" in text or "inf" in text.lower()):  # any line of the chunk
             for line in lines:
                 parsed = parse_line(line)
@@ -332,35 +357,45 @@ class CellRun:
                     self._note_nonfinite(rank, name, value, parsed.step)
 
     def _note_stall(self, text: str) -> None:
-        """Horovod's stall inspector (rank 0's stderr, while rank 0's cell runs) lists per rank the tensors it
-        has not submitted; every running rank that submitted one of those waits for it: it is stalled, on that."""
-        report = text.rsplit("Missing ranks:", 1)[1]
-        missing = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\s*(\d+): \[([^\]]*)\]", report, re.M)}
-        stalled = {}
-        for rank, run in self.runs.items():
-            waits_on = sorted({t.strip() for q, names in missing.items() if q != rank for t in names.split(",")})
-            if run.state == "running" and waits_on:
-                stalled[rank] = {"state": "stalled", "stalled_on": ", ".join(t for t in waits_on if t)[:200]}
+        """Horovod's stall inspector (rank 0's stderr, while rank 0's cell runs): the ranks it leaves waiting are
+        stalled, on those tensors (kernel/failures.py)."""
+        running = [rank for rank, run in self.runs.items() if run.state == "running"]
+        stalled = {
+            rank: {"state": "stalled", "stalled_on": tensors}
+            for rank, tensors in failures.stalled(text, running).items()
+        }
         self.pool.update_rank_stats(stalled)
         if stalled and not self._stall_said:
             self._stall_said = True
-            self._say_where("Horovod reports a stall")
+            self._say_where("Horovod reported a stall", self.options.where_full)
 
     def _note_progress(self, rank: int, records: Any) -> None:
-        """The latest step and loss of `report()` records, for the sidebar."""
+        """For the sidebar: the latest step and loss of `report()` records and progress bars, else the steps the pace
+        timing counted on that rank (engine/pace.py: every rank's, also where a rank prints nothing)."""
         stats: dict[str, Any] = {}
         for record in records if isinstance(records, list) else [records]:
             if isinstance(record, dict):
                 if record.get("step") is not None:
                     stats["step"] = record["step"]
+                    self._steps_said.add(rank)
                 if isinstance(record.get("m"), dict) and record["m"].get("loss") is not None:
                     stats["loss"] = record["m"]["loss"]
                 for name, value in (record.get("m") or {}).items():
                     self._note_nonfinite(rank, name, value, record.get("step"))
                 if isinstance(record.get("pace"), dict):
                     self._note_pace(rank, record["pace"])
+                    if record["pace"].get("cell_steps") is not None and rank not in self._steps_said:
+                        stats["step"] = record["pace"]["cell_steps"]
         if stats:
-            self.pool.update_rank_stats({rank: stats}, publish=False)
+            self._figures(rank, stats)
+
+    def _figures(self, rank: int, stats: dict[str, Any]) -> None:
+        """A rank's new step, loss or last line for the sidebar: written soon, at most 4 times a second."""
+        self.pool.update_rank_stats({rank: stats}, publish=False)
+        now = time.monotonic()
+        if now - self._figures_published >= 0.25:
+            self._figures_published = now
+            self.pool.publish()
 
     def _note_pace(self, rank: int, pace: dict[str, Any]) -> None:
         """A rank's recent compute and wait per step (engine/pace.py): into the pool file; a straggler is named
@@ -379,33 +414,21 @@ class CellRun:
         self.pool.publish()
 
     def _check_mismatch(self) -> None:
-        """End the cell when its collectives cannot match: every rank still running waits in one, and another rank
-        finished the cell (uneven collectives: the join releases them, state kept), or they wait on different
-        tensors (only a restart of Horovod releases those: Horovod crashed when they joined)."""
+        """End the cell when its collectives cannot match (kernel/failures.py): uneven ones wind it down, state kept;
+        ranks waiting on different tensors need a restart."""
         running = [r for r in self.runs.values() if r.state == "running"]
-        if not running or any(r.waiting is None or r.waiting_since is None for r in running):
-            return
-        now = time.monotonic()
-        waiting_for = now - max(r.waiting_since or now for r in running)
-        finished = [r for r in self.runs.values() if r.state == "ok" and r.finished_at is not None]
-        waits = "; ".join(_waits_in(r) for r in running)
-        if finished:
-            if now - max(min(r.finished_at or now for r in finished), now - waiting_for) < UNEVEN_S:
-                return
-            done = ", ".join(
-                f"rank {r.rank} after {r.record.collectives if r.record else '?'} collectives" for r in finished
-            )
-            self.mismatch = (
-                f"Collectives did not match: the cell finished on {done}, while {waits}.\n{_advice(running)}"
-            )
+        finished = [
+            Done(r.rank, r.finished_at, r.record.collectives if r.record else None)
+            for r in self.runs.values()
+            if r.state == "ok" and r.finished_at is not None
+        ]
+        waits = [r.waiting for r in running if r.waiting is not None]
+        found = failures.unmatched([r.rank for r in running], waits, finished, time.monotonic())
+        if found is not None and found.restarts:
+            raise PoolLost(found)
+        if found is not None:
+            self.ended_by = found
             self._begin_wind_down("mismatch")
-        elif (
-            len(running) > 1 and len({(r.waiting or {}).get("name") for r in running}) > 1 and waiting_for >= MISMATCH_S
-        ):
-            raise _PoolLost(
-                f"Collectives did not match: {waits}, for {waiting_for:.0f} s. {_advice(running)} Ranks that wait on "
-                "different tensors can only be released by restarting the pool"
-            )
 
     def _note_nonfinite(self, rank: int, metric: str, value: Any, step: Any) -> None:
         """Say once per cell where a metric first became NaN or Inf (the plot shows a gap from there)."""
@@ -428,13 +451,12 @@ class CellRun:
         err = record.error or wire.ErrorInfo(ename="Error", evalue="")
         # After the wind-down began, an interrupt or a collective broken by a peer's join is a consequence,
         # not a second error.
-        consequence = err["ename"] == "KeyboardInterrupt" or (
-            err["ename"] == "HorovodInternalError" and "Join" in err["evalue"]
-        )
+        consequence = failures.is_consequence(err["ename"], err["evalue"])
         if self.reason is not None and (consequence or run.signaled_at is not None):
             run.state = "stopped"
-        elif self.reason is None and err["ename"] == "KeyboardInterrupt":
-            run.state = "stopped"  # a SIGINT from outside (the sidebar's Interrupt): treat as an interrupt
+        elif self.reason is None and err["ename"] in ("KeyboardInterrupt", "BdbQuit"):
+            # A SIGINT from outside (the sidebar's Interrupt), or pdb's quit at a breakpoint(): an interrupt.
+            run.state = "stopped"
             self._begin_wind_down("interrupt")
         else:
             run.state = "error"
@@ -442,25 +464,18 @@ class CellRun:
 
     def _check_liveness(self) -> None:
         now = time.monotonic()
-        frozen = self.pool.frozen_ranks()
-        self._frozen_since = {r: self._frozen_since.get(r, now) for r in frozen}
-        # A frozen rank (SIGSTOP, Ctrl-Z in its terminal) may be resumed: wait the pool's timeout, unless the cell is
-        # already winding down, which a frozen rank can never take part in.
-        overdue = [
-            r for r, since in self._frozen_since.items() if self.reason or now - since >= self.pool.options.timeout
-        ]
-        if overdue:
-            pids = ", ".join(f"rank {r.rank} (pid {r.pid})" for r in self.pool.ranks if r.rank in overdue)
-            raise _PoolLost(
-                f"{pids} {'is' if len(overdue) == 1 else 'are'} frozen (stopped by SIGSTOP or Ctrl-Z) "
-                f"{'during the wind-down' if self.reason else f'for {self.pool.options.timeout:g} s'}"
-            )
-        if not self.pool.mpiexec_alive() or self.pool.dead_ranks():
+        self._frozen_since = {r: self._frozen_since.get(r, now) for r in self.pool.frozen_ranks()}
+        pids = {r.rank: r.pid for r in self.pool.ranks}
+        found = failures.frozen(self._frozen_since, pids, self.pool.options.timeout, self.reason is not None, now)
+        if found is not None:
+            raise PoolLost(found)
+        dead = self.pool.dead_ranks()
+        if not self.pool.mpiexec_alive() or dead:
             # MPI aborts the whole job when one rank dies; mpiexec then says which one and how, as it exits.
             deadline = time.monotonic() + 10
             while self.pool.mpiexec_alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            raise _PoolLost(self.pool.death_report())
+            raise PoolLost(failures.dead(self.pool.death_report(), dead))
 
     # ---- wind-down -----------------------------------------------------------------------------------------
 
@@ -475,7 +490,7 @@ class CellRun:
         assert client is not None
         if not set(self.pool.engine_ids()) <= set(client.ids):
             self._check_liveness()
-            raise _PoolLost("an engine left the pool")
+            raise PoolLost(failures.dead("an engine left the pool", []))
         channel = self.pool.channel
         assert channel is not None
         for run in self.runs.values():
@@ -485,9 +500,7 @@ class CellRun:
                     channel.send(run.rank, wire.Join(self.number))
                 except ChannelError as exc:
                     self._check_liveness()
-                    raise _PoolLost(
-                        f"rank {run.rank} could not be asked to leave Horovod's collectives: {exc}"
-                    ) from None
+                    raise PoolLost(failures.unsent(run.rank, "asked to leave Horovod's collectives", exc)) from None
                 run.join_sent = True
         self._advance_wind_down()
 
@@ -500,23 +513,18 @@ class CellRun:
             self.pool.interrupt([r.rank for r in running])
             for r in running:
                 r.signaled_at = now
-        signaled = [r for r in self.runs.values() if r.state == "running" and r.signaled_at is not None]
-        if (
-            self.pool.torch_distributed
-            and signaled
-            and all(now - (r.signaled_at or now) > TORCH_RELEASE_S for r in signaled)
-        ):
-            waits = "; ".join(_waits_in(r) if r.waiting else f"rank {r.rank} did not stop" for r in signaled)
-            raise _PoolLost(
-                f"{waits}: a torch.distributed collective cannot be released once a peer failed or left it (Gloo and "
-                "NCCL cannot cancel one)"
-            )
+        if self.pool.torch_distributed:
+            signaled = {
+                r.rank: (r.signaled_at, r.waiting)
+                for r in self.runs.values()
+                if r.state == "running" and r.signaled_at is not None
+            }
+            found = failures.unreleasable(signaled, now)
+            if found is not None:
+                raise PoolLost(found)
         if self._overdue():
             stuck = [r.rank for r in self.runs.values() if r.state == "running" or not r.joined]
-            raise _PoolLost(
-                f"{format_ranks(stuck)} did not stop within {self.pool.options.fail_timeout:g} s "
-                "(blocked in a collective or in native code)"
-            )
+            raise PoolLost(failures.overdue(stuck, self.pool.options.fail_timeout))
 
     def _overdue(self) -> bool:
         return self.hard_deadline is not None and time.monotonic() > self.hard_deadline
@@ -528,32 +536,22 @@ class CellRun:
         if self.reason is not None:
             done = all(r.joined for r in runs)
             if done and self.unclean_join:
-                raise _PoolLost(self.unclean_join)
+                raise PoolLost(self.unclean_join)
             return done
         return True  # each rank's output came before its end
-
-    def _restart(self, what: str) -> None:
-        t0 = time.monotonic()
-        print(f"jupyter-hvd: {what}. Restarting the pool with the same options...", file=sys.stderr, flush=True)
-        try:
-            came_back = self.pool.restart()
-        except KeyboardInterrupt:
-            self.lost = f"{what[0].upper()}{what[1:]}. {self.pool.interrupted_restart()}"
-            return
-        self.lost = (
-            f"{what[0].upper()}{what[1:]}. The pool was restarted in {time.monotonic() - t0:.1f} s: {came_back}."
-        )
 
     # ---- result --------------------------------------------------------------------------------------------
 
     def _stopped_where(self, ranks: list[int]) -> str:
-        """': rank 0 at line 3: hvd.allreduce(...)' for stopped ranks whose interrupt named a line of the cell."""
+        """': rank 0 at cell line 4: hvd.allreduce(...)' for stopped ranks whose interrupt named a line of the cell
+        (numbered as the notebook numbers it, the %%hvd line 1, as tracebacks and where.py do)."""
         places = {}
         for rank in ranks:
             record = self.runs[rank].record
             where = (record.error if record else None) or {}
             if where.get("where"):
-                places.setdefault(where["where"], []).append(rank)
+                said = re.sub(r"^line (\d+)", lambda m: f"cell line {int(m[1]) + 1}", where["where"])
+                places.setdefault(said, []).append(rank)
         if not places:
             return "."
         return ":\n" + "\n".join(f"  {format_ranks(rs)} at {w}" for w, rs in places.items())
@@ -577,9 +575,8 @@ class CellRun:
             if value is not None:
                 display(_unpickled(value))
             return None
-        self.pool.last_failed = sorted(
-            e["rank"] for e in errors if e["ename"] not in ("SystemExit", "KeyboardInterrupt")
-        )
+        raised = [e["rank"] for e in errors if e["ename"] not in ("SystemExit", "KeyboardInterrupt", "BdbQuit")]
+        self.pool.last_failed = sorted(raised, key=lambda r: self.runs[r].finished_at or 0.0)  # %hvd_debug: the first
         parts = []
         exits = [e for e in errors if e["ename"] == "SystemExit"]
         errors = [e for e in errors if e["ename"] != "SystemExit"]
@@ -588,13 +585,16 @@ class CellRun:
                 f"rank {e['rank']} called exit({e.get('exit', '')}) (sys.exit, exit() or quit()): the cell ended "
                 "there. The engine keeps running, as does the pool."
             )
-        if self.mismatch:
-            parts.append(self.mismatch)
+        if self.ended_by is not None and self.ended_by.kind == "uneven":
+            parts.append(self.ended_by.message)
         if errors:
             parts.append(group_errors(errors))
         stopped = sorted(r.rank for r in self.runs.values() if r.state == "stopped" or r.signaled_at)
-        if self.reason == "interrupt" and not errors and not exits:
-            parts.append(f"Interrupted: {format_ranks(stopped or list(self.runs))} stopped.")
+        if self.ended_by is not None and self.ended_by.kind == "over_time":
+            parts.append(self.ended_by.message)
+        elif self.reason == "interrupt" and not errors and not exits:
+            by = f" {self.interrupted_by}" if self.interrupted_by else ""
+            parts.append(f"Interrupted{by}: {format_ranks(stopped or list(self.runs))} stopped.")
         elif self.reason == "mismatch":
             pass  # the mismatch message said which ranks waited where
         elif stopped and lost is None:
@@ -609,23 +609,9 @@ class CellRun:
                 f"{format_ranks(finished_late)} ran to the end, but collectives after the error completed without "
                 "the failed ranks (they had left them): treat what this cell computed there as invalid."
             )
-        if lost is not None:
-            parts.append(lost)
-            hint = ""
-        else:
-            hint = "The pool is ready for the next %%hvd cell."
-        raise CellFailed("\n\n".join(parts), hint, interrupted=self.reason == "interrupt" and not errors)
-
-
-def _advice(runs: list[_RankRun]) -> str:
-    """The remedy in the words of the library the waiting ranks use."""
-    names = [str((r.waiting or {}).get("name", "")) for r in runs]
-    return TORCH_ADVICE if any(n.startswith(("dist.", "DDP")) for n in names) else ADVICE
-
-
-def _waits_in(run: _RankRun) -> str:
-    wait = run.waiting or {}
-    return f"rank {run.rank} waits in '{wait.get('name')}' (its collective #{wait.get('number')})"
+        hint = "" if lost is not None else "The pool is ready for the next %%hvd cell."
+        interrupted = self.reason == "interrupt" and not errors and self.ended_by is None
+        raise CellFailed("\n\n".join(parts), hint, interrupted=interrupted, lost=lost)
 
 
 def _unpickled(value: bytes) -> Any:
@@ -641,15 +627,6 @@ class _Note(str):
         return str(self)
 
 
-class _PoolLost(Exception):
-    """The pool cannot continue (an engine died, or ranks would not stop): it must be restarted."""
-
-
 def next_number() -> int:
     """A number after every cell's so far (snapshot generations asked for between cells take one)."""
     return next(_cell_numbers)
-
-
-def run_cell(pool: Pool, source: str, options: CellOptions) -> Any:
-    """Run `source` on every rank of `pool` (SPMD) and return when all ranks have finished."""
-    return CellRun(pool, source, options).run()

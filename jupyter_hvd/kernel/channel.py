@@ -29,7 +29,7 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from .. import wire
-from ..wire import Committed, Event, Hello, Ping, Pong, Problem, Request, Rested
+from ..wire import Committed, Event, Hello, Output, Ping, Pong, Problem, Request, Rested
 
 # A message may carry this much around its payload (signature, sender, pickle framing).
 ENVELOPE_BYTES = 64 * 1024
@@ -37,6 +37,7 @@ ENVELOPE_BYTES = 64 * 1024
 RECEIVE_HWM = 4
 # Unix socket names are limited to 107 bytes (sun_path); longer pool directories use TCP with CURVE instead.
 IPC_PATH_MAX = 100
+BETWEEN_KEPT = 100_000  # characters of between-cell output the kernel keeps until the next cell shows them
 DRAIN_MAX = 10_000  # messages read by one drain at most: a flood cannot hold the pool lock for long
 _HANDSHAKE_FAILED = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
@@ -79,6 +80,7 @@ class CellChannel:
         self.problems: list[tuple[int, str]] = []  # what failed on the ranks outside any cell's view (new first)
         self.rests: dict[int, Rested] = {}  # each rank's answer to the last rest request
         self.on_committed: Callable[[Committed], None] | None = None  # a rank's part of a snapshot is written
+        self.between: list[tuple[int, str, str]] = []  # (rank, stream, text) printed while no cell ran
         requests_path, events_path = directory / "requests", directory / "events"
         self.curve = curve or len(str(requests_path)) > IPC_PATH_MAX
         self._auth: Any = None
@@ -191,6 +193,11 @@ class CellChannel:
     def _identity(self, rank: int) -> bytes | None:
         return self.identities[rank] if 0 <= rank < len(self.identities) else None
 
+    def send_all(self, request: Request) -> None:
+        """Send one request to every rank, in rank order (ChannelError at the first that cannot take it)."""
+        for rank in range(len(self.identities)):
+            self.send(rank, request)
+
     def send(self, rank: int, request: Request) -> None:
         """Send one request to one rank."""
         identity = self._identity(rank)
@@ -227,8 +234,12 @@ class CellChannel:
             return event
 
     def _note(self, event: Event) -> None:
-        """Keep what the pool shows outside any cell: failed threads on the ranks, answers to a rest, snapshots."""
-        if isinstance(event, Problem):
+        """Keep what the pool shows outside any cell: failed threads on the ranks, answers to a rest, snapshots,
+        output printed between cells."""
+        if isinstance(event, Output) and event.cell is None:
+            if sum(len(t) for _, _, t in self.between) < BETWEEN_KEPT:
+                self.between.append((event.rank, event.stream, event.text))
+        elif isinstance(event, Problem):
             self.problems = [(event.rank, event.text), *self.problems][:20]
         elif isinstance(event, Rested):
             self.rests[event.rank] = event

@@ -2,7 +2,8 @@
 that outlives the kernel, and every process of a pool found again, checked and killed.
 
 Runs in the user's kernel. Knows processes, not Horovod: the pool (kernel/pool.py) initialises Horovod on what this
-starts.
+starts. What differs between one host, several hosts and a SLURM job is the placement's (kernel/placement.py), picked
+once from the options; this module holds what all of them share.
 """
 
 from __future__ import annotations
@@ -24,20 +25,15 @@ import ipyparallel as ipp
 import psutil
 
 from .. import state
-from . import hosts, slurm
-from .channel import IPC_PATH_MAX
+from . import placement
 from .errors import PoolError
 from .options import HvdPool, setting
 from .ranks import Rank, format_ranks
 
 log = logging.getLogger("jupyter_hvd")
 
-CONNECTION_FILE_ENV = "JUPYTER_HVD_CONNECTION_FILE"  # where local engines find the controller (engine/main.py)
-CONNECTION_WAIT_ENV = "JUPYTER_HVD_CONNECTION_WAIT_S"  # and how long they wait for it (the pool's --timeout)
 POOL_ENV = "JUPYTER_HVD_POOL"  # every process launched for a pool carries its id, so a leftover is found again
-# ipyparallel's hub completes an engine's registration at its next heartbeat: with the default 3 s period that took
-# 6 s of every pool start. Local engines are watched by pid as well, so the hub's patience stays at 30 s.
-LOCAL_CONTROLLER_ARGS = ["--ping=250", "--HeartMonitor.max_heartmonitor_misses=120"]
+PMIX_LISTENER_FAILED = "The PMIx server's listener thread failed to start"  # mpiexec's words (see start_engines)
 
 # ipyparallel's launchers would print engine logs into whichever cell is running when mpiexec exits (a stop
 # is such an exit); what matters of mpiexec's output reaches the user through PoolError and death_report.
@@ -95,11 +91,13 @@ class Launcher:
         self.options = options
         self.state_file = state_file
         self.recorded = recorded
+        self.placement = placement.choose(options)  # one host, the hosts of -H/--hostfile, or a SLURM job
         self.cluster: ipp.Cluster | None = None
         self.client: ipp.Client | None = None
         self._engine_set: str | None = None
         self._retired_ids: set[int] = set()  # engines of before a restart, which the controller may still list
         self._reaper: subprocess.Popen[bytes] | None = None
+        self.stopped = False  # stop() ran: a launch still under way (on another thread) must not go on
 
     # ---- starting ------------------------------------------------------------------------------------------
 
@@ -117,9 +115,7 @@ class Launcher:
         env = {"PATH": bindir + os.pathsep + os.environ.get("PATH", ""), POOL_ENV: self.pool_id}
         if os.geteuid() == 0:  # Open MPI refuses to run as root without both of these
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        if not self.options.multi_host():
-            # One host: ranks talk through shared memory, and no MPI socket listens on the network.
-            env["OMPI_MCA_btl"] = "self,sm"
+        env.update(self.placement.environment())
         # A rank waiting in MPI (Horovod's background thread negotiates every cycle) spins on a core. CPU ranks
         # fill every core with torch threads, so the spin took a third of the CPU from training; yielding
         # made training 1.5x faster on 2 CPU ranks (bench/throughput.py). `--env ..._yield_when_idle=0` undoes it.
@@ -132,24 +128,20 @@ class Launcher:
 
     def controller_ip(self) -> str:
         """Where the controller listens: 127.0.0.1 for one host, else an address the other hosts can reach."""
-        opts = self.options
         try:
-            if opts.slurm_nodes:
-                return opts.ip or hosts.outward_ip()
-            return hosts.controller_ip(opts.host_list(), opts.ip)
+            return self.placement.controller_ip()
         except ValueError as exc:
             raise PoolError(str(exc), "Give the address with --ip, e.g. %hvd_start ... --ip 10.0.0.5") from None
 
     def encrypted(self) -> bool:
         """Whether the pool listens on TCP, encrypted (ZeroMQ CURVE): with other hosts, or where the pool's private
         directory is too deep for ipc socket names; a pool on this host otherwise uses ipc sockets there."""
-        longest = state.pool_directory(self.pool_id) / "ipp:65535"
-        return self.options.multi_host() or len(str(longest)) > IPC_PATH_MAX
+        return self.placement.encrypted(state.pool_directory(self.pool_id))
 
     def _controller_args(self) -> list[str]:
-        args = hosts.MULTI_HOST_CONTROLLER_ARGS if self.options.multi_host() else LOCAL_CONTROLLER_ARGS
+        args = list(self.placement.controller_args)
         if not self.encrypted():
-            return list(args)
+            return args
         # ipyparallel's CURVE, and its message signing kept (it drops the signing key when CURVE is switched on
         # alone): both set in one config file in the pool's private directory, so the key is on no command line.
         config = state.pool_directory(self.pool_id) / "ipcontroller_config.py"
@@ -169,7 +161,7 @@ class Launcher:
         self.cluster = ipp.Cluster(
             n=self.options.np,
             cluster_id=self.pool_id,
-            engine_launcher_class=slurm.ENGINE_LAUNCHER if self.options.slurm_nodes else "mpi",
+            engine_launcher_class=self.placement.engine_launcher,
             # Hosts given: only the one interface the hosts reach us on.
             controller_ip=where,
             controller_args=args,
@@ -177,9 +169,7 @@ class Launcher:
             log=_launcher_log,
             engine_timeout=int(self.options.timeout),
             shutdown_atexit=True,
-            # Local engines read the controller's connection file themselves (engine/main.py), so mpiexec starts
-            # them while the controller is still starting (about 1 s here), instead of after.
-            send_engines_connection_env=self.options.multi_host(),
+            send_engines_connection_env=self.placement.send_connection_env,
         )
         self.cluster.start_controller_sync(**kwargs)
         self.recorded()
@@ -188,56 +178,51 @@ class Launcher:
     def start_engines(self, env: dict[str, str]) -> list[int]:
         """Launch the engines under mpiexec with `env` and wait until all registered; their engine ids."""
         opts = self.options
-        gpus = 0 if opts.cpu else visible_gpus()
-        mpi_args = ["--bind-to", "none"]
-        cores = os.cpu_count() or 1
-        # CPU ranks may outnumber cores (a laptop): allowed, with fewer threads each; GPUs only when asked.
-        if opts.oversubscribe or (not gpus and opts.np > cores and not opts.multi_host()):
-            mpi_args += ["--map-by", ":OVERSUBSCRIBE"]
+        self._check_not_stopped()
         assert self.cluster is not None and self.cluster.controller is not None
-        env = dict(env)
-        if opts.multi_host():
-            if not opts.slurm_nodes:
-                mpi_args += hosts.mpiexec_args(
-                    opts.host_list(), opts.hostfile, self.cluster.controller_ip, env, setting("launch_agent")
-                )
-        else:
-            env[CONNECTION_FILE_ENV] = self.cluster.controller.connection_files["engine"]
-            env[CONNECTION_WAIT_ENV] = f"{opts.timeout:g}"
         t0 = time.monotonic()
-        if opts.slurm_nodes:
-            launcher_kwargs = slurm.launcher_kwargs(opts, env, [find_mpiexec(), *mpi_args])
-        else:
-            launcher_kwargs = {"mpi_cmd": [find_mpiexec()], "mpi_args": mpi_args, "environment": env}
-        launcher_kwargs["engine_cmd"] = [sys.executable, "-m", "jupyter_hvd.engine.main"]
-        if not opts.multi_host():
-            # Local ranks are signalled by pid; a nanny per engine would only add a process to start. Nor do they
-            # watch the controller's heartbeat (the reaper ends them with it): that watch listens on loopback TCP,
-            # where any local user could feed it.
-            launcher_kwargs["engine_args"] = ["--IPEngine.enable_nanny=False", "--IPEngine.max_heartbeat_misses=0"]
-        self._engine_set = self.cluster.start_engines_sync(n=opts.np, **launcher_kwargs)
-        self.recorded()
-        if self.client is None:
-            self.client = self.cluster.connect_client_sync()
-        if opts.slurm_nodes:
-            slurm.wait_for_job(self.engine_set(), opts.timeout)
-        try:
-            self._wait_for_engines(t0)
-        except PoolError as exc:
-            if opts.multi_host():  # name the host that did not come up, and how to go on without it
-                exc.hint += hosts.unreachable_hint(self.mpiexec_output(200), opts.host_list())
-            raise
-        return self.new_engine_ids()[: opts.np]
+        launch = self.placement.engine_launch(
+            find_mpiexec(),
+            dict(env),
+            gpus=0 if opts.cpu else visible_gpus(),
+            cores=os.cpu_count() or 1,
+            controller_ip=self.cluster.controller_ip,
+            connection_file=self.cluster.controller.connection_files["engine"],
+            directory=state.pool_directory(self.pool_id),
+        )
+        launch["engine_cmd"] = [sys.executable, "-m", "jupyter_hvd.engine.main"]
+        retried = False
+        while True:
+            self._engine_set = self.cluster.start_engines_sync(n=opts.np, **launch)
+            self._check_not_stopped()
+            self.recorded()
+            if self.client is None:
+                self.client = self.cluster.connect_client_sync()
+            self.placement.await_launch(self.engine_set())
+            try:
+                self._wait_for_engines(t0)
+                return self.new_engine_ids()[: opts.np]
+            except PoolError as exc:
+                # Open MPI's launcher sometimes fails to open its PMIx listener while another one on the host
+                # starts or ends (seen under load): it exits at once, and a second launch works.
+                if not retried and PMIX_LISTENER_FAILED in exc.hint and time.monotonic() - t0 < 10:
+                    log.warning("mpiexec could not start its PMIx listener; launching the engines again")
+                    self.cluster.engines.pop(self._engine_set, None)
+                    retried = True
+                    continue
+                exc.hint += self.placement.start_failed_hint(self.mpiexec_output(200))
+                raise
 
     def slurm_job(self) -> str:
         """The SLURM job running the engines (--slurm), once submitted; "" otherwise."""
-        engines = self.engine_set() if self.options.slurm_nodes else None
-        return str(getattr(engines, "job_id", "") or "")
+        return self.placement.job_id(self.engine_set())
 
     def engine_set(self) -> Any:
-        """ipyparallel's launcher of the engines (mpiexec, or the SLURM job), once they were launched."""
-        assert self.cluster is not None
-        return self.cluster.engines.get(self._engine_set) if self._engine_set else None
+        """ipyparallel's launcher of the engines (mpiexec, or the SLURM job), once they were launched; else None."""
+        # None too before a controller: a start that failed there (a wrong --ip) is stopped like any other.
+        if self.cluster is None or not self._engine_set:
+            return None
+        return self.cluster.engines.get(self._engine_set)
 
     def new_engine_ids(self) -> list[int]:
         """Registered engines of this pool that were not retired by a restart."""
@@ -247,12 +232,20 @@ class Launcher:
         self._retired_ids &= ids
         return sorted(ids - self._retired_ids)
 
+    def _check_not_stopped(self) -> bool:
+        """PoolError if the pool was stopped (from another thread) while its engines started; what was launched is
+        killed. False otherwise, so it reads as a condition in a wait."""
+        if not self.stopped:
+            return False
+        state.kill_processes(self.tagged_processes())
+        raise PoolError("The pool was stopped while its engines started.", "%hvd_start -np N starts a new one.")
+
     def _wait_for_engines(self, t0: float) -> None:
         """Wait for all engines to register, failing early (with mpiexec's words) if mpiexec exits."""
         want = self.options.np
         deadline = t0 + self.options.timeout
         # Our own wait: after a restart the controller may still list the old engines for a while.
-        while len(self.new_engine_ids()) < want:
+        while self._check_not_stopped() or len(self.new_engine_ids()) < want:
             if not self.mpiexec_alive() and self.engine_set() is not None:
                 raise PoolError(
                     f"mpiexec exited before all {want} engines started (after {time.monotonic() - t0:.1f} s).",
@@ -282,6 +275,7 @@ class Launcher:
 
     def stop(self, ranks: list[Rank]) -> None:
         """Stop engines and controller; leave no process behind; let the reaper go."""
+        self.stopped = True
         if self.client is not None:
             try:
                 self.client.close()
@@ -307,9 +301,8 @@ class Launcher:
     def kill_engines(self, ranks: list[Rank], grace: float = 2.0) -> None:
         """Kill leftover engines of this pool (nannies included), e.g. after an abort or a failed stop."""
         victims = []
-        for r in ranks:
-            if not hosts.is_this_host(r.host):
-                continue  # a pid on another host; mpiexec (or scancel) ends those ranks
+        here, _ = self.placement.split(ranks)  # ranks on other hosts: mpiexec (or scancel) ends those
+        for r in here:
             try:
                 victims.append(psutil.Process(r.pid))
             except psutil.Error:
@@ -322,8 +315,7 @@ class Launcher:
                 victims += [p, *p.children(recursive=True)]
             except psutil.Error:
                 pass
-        if self.options.multi_host():
-            victims += hosts.launch_processes(self.pool_id)  # ssh clients left by an mpiexec that was killed
+        victims += self.placement.leftovers(self.pool_id)  # e.g. ssh clients left by an mpiexec that was killed
         state.kill_processes(victims, grace)
 
     def tagged_processes(self) -> list[psutil.Process]:
@@ -365,15 +357,13 @@ class Launcher:
 
     def interrupt(self, ranks: list[Rank]) -> None:
         """SIGINT the engines of `ranks`: their running cell raises KeyboardInterrupt."""
-        remote = []
-        for r in ranks:
-            if not hosts.is_this_host(r.host):
-                remote.append(r.engine_id)
-                continue
+        here, elsewhere = self.placement.split(ranks)
+        for r in here:
             try:
                 os.kill(r.pid, signal.SIGINT)
             except ProcessLookupError:
                 pass
+        remote = [r.engine_id for r in elsewhere]
         if remote and self.client is not None:
             try:  # ranks on other hosts: the engine's nanny on that host delivers the signal
                 self.client.send_signal(signal.SIGINT, targets=remote, block=False)
@@ -382,30 +372,19 @@ class Launcher:
 
     def dead_ranks(self, ranks: list[Rank]) -> list[int]:
         """Ranks whose engine process is gone; on other hosts, ranks whose engine left the controller."""
-        dead = []
-        registered = set(self.client.ids) if self.client is not None else set()
-        for r in ranks:
-            if not hosts.is_this_host(r.host):
-                # A remote pid means nothing here; the controller drops an engine that stops answering its pings.
-                if self.client is not None and r.engine_id not in registered:
-                    dead.append(r.rank)
-                continue
-            try:
-                p = psutil.Process(r.pid)
-                if p.status() == psutil.STATUS_ZOMBIE:
-                    dead.append(r.rank)
-            except psutil.NoSuchProcess:
-                dead.append(r.rank)
-            except psutil.Error:
-                pass
-        return dead
+        here, elsewhere = self.placement.split(ranks)
+        dead = [r.rank for r in here if _gone(r.pid)]
+        if self.client is not None:
+            # A pid on another host means nothing here; the controller drops an engine that stops answering its pings.
+            registered = set(self.client.ids)
+            dead += [r.rank for r in elsewhere if r.engine_id not in registered]
+        return sorted(dead)
 
     def frozen_ranks(self, ranks: list[Rank]) -> list[int]:
         """Local ranks whose engine is stopped by a signal (SIGSTOP, SIGTSTP): alive, but running nothing."""
         frozen = []
-        for r in ranks:
-            if not hosts.is_this_host(r.host):
-                continue
+        here, _ = self.placement.split(ranks)  # a pid on another host means nothing here
+        for r in here:
             try:
                 if psutil.Process(r.pid).status() == psutil.STATUS_STOPPED:
                     frozen.append(r.rank)
@@ -462,10 +441,20 @@ class Launcher:
         dead = self.dead_ranks(ranks)
         if dead:
             where = sorted({r.host for r in ranks if r.rank in dead})
-            if any(not hosts.is_this_host(h) for h in where):
+            if self.placement.split([r for r in ranks if r.rank in dead])[1]:
                 return (
                     f"{format_ranks(dead)} on {', '.join(where)} stopped answering the controller "
                     f"(host down or unreachable)"
                 )
             return f"{format_ranks(dead)} on {', '.join(where)} died"
         return "the engines stopped"
+
+
+def _gone(pid: int) -> bool:
+    """Whether process `pid` has ended (a zombie has); False where this cannot be told (access denied)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False

@@ -16,14 +16,15 @@ from traitlets import TraitError
 from .. import wire
 from ..widgets import view_for_cell
 from . import debugger as hvd_debugger
-from . import export, restart, slurm
+from . import export, lifecycle, restart, slurm
 from . import pool as pools
 from . import profile as hvd_profile
 from . import timeline as hvd_timeline
 from . import transfer as hvd_transfer
 from . import where as hvd_where
-from .cell import CellOptions, next_number, run_cell
-from .errors import PoolError
+from .cell import CellOptions, next_number
+from .errors import PoolError, syntax_error_lines
+from .failures import PoolLost
 from .options import options_from, setting, start_arguments
 from .ranks import parse_ranks
 from .words import size_text
@@ -58,20 +59,21 @@ def options_table(magic: Any) -> str:
 class CellSyntaxError(UsageError):
     """A `%%hvd` cell that does not parse, shown as a plain cell's SyntaxError: the line, a caret, the message."""
 
-    def __init__(self, exc: SyntaxError) -> None:
+    def __init__(self, exc: SyntaxError, count: int | None = None) -> None:
         super().__init__(str(exc))
         self.exc = exc
+        self.count = count
 
     def _render_traceback_(self) -> list[str]:
-        exc = self.exc
-        line = (exc.lineno or 0) + 1  # counted from the %%hvd line, as the notebook numbers the cell
-        text = (exc.text or "").rstrip("\n")
-        out = [f"  Cell line {line}", f"    {text.strip()}"]
-        if exc.offset:
-            indent = len(text) - len(text.lstrip())
-            out.append("    " + " " * max(0, exc.offset - 1 - indent) + "^")
-        out.append(f"{type(exc).__name__}: {exc.msg}")
-        return out
+        return syntax_error_lines(self.exc, self.count)
+
+
+def _prompt(shell: Any) -> int | None:
+    """The number of the notebook cell running now, as its prompt shows it (In[4]). IPython 9 counts on before the
+    cell runs (its execution_count is then the next cell's); the history has stored this cell as number N in both."""
+    history = getattr(shell, "history_manager", None)
+    stored = len(getattr(history, "input_hist_raw", None) or [])
+    return stored - 1 if stored > 1 else getattr(shell, "execution_count", None)
 
 
 def _cell_id(shell: Any) -> str:
@@ -87,7 +89,10 @@ def require_pool() -> pools.Pool:
     if pool is not None and pool.stopped:
         raise UsageError("The pool was stopped (its restart failed). Type %hvd_restart to start it again.")
     if pool is None or pool.view is None:
-        raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
+        why = f" ({pools.last_words})" if pools.last_words else ""
+        raise UsageError(f"No jupyter-hvd pool is running{why}. Start one first: %hvd_start -np 2")
+    while pool.announcements and pool.busy_cell is None:  # said here too: a line magic may come first
+        print(f"jupyter-hvd: {pool.announcements.pop(0)}", file=sys.stderr, flush=True)
     return pool
 
 
@@ -127,9 +132,7 @@ class HvdMagics(Magics):
             print("--timeline is not needed: %%hvd --timeline works on this pool as it is (ignored).", flush=True)
         t0 = time.monotonic()
         print(f"Starting {options.np} ranks under mpiexec...", flush=True)
-        pool = pools.Pool.start(options)
-        pool.bring_back = restart.bring_back
-        pools.set_current(pool)
+        pool = lifecycle.start(options)
         print(f"Pool ready in {time.monotonic() - t0:.1f} s: {options.np} ranks, {pool.initialised()}.")
         print(pool.table())
 
@@ -137,7 +140,12 @@ class HvdMagics(Magics):
     @magic_arguments()
     @argument("--ranks", default="0", help="whose output to show: 0 (default), all, or a list like 0,2")
     @argument("--log-lines", type=int, default=10_000, metavar="N", help="lines of output shown per rank and cell")
-    @argument("--plot", default="loss", metavar="METRICS", help="metrics plotted live, e.g. loss,acc (default: loss)")
+    @argument(
+        "--plot",
+        default="all",
+        metavar="METRICS",
+        help="metrics plotted live: all (default; a panel per metric, val_ and test_ ones beside theirs) or loss,acc",
+    )
     @argument("--no-plot", action="store_true", help="live log and status only, no plot")
     @argument("--batch-size", type=int, default=None, metavar="N", help="samples per step per rank, for samples/s")
     @argument(
@@ -181,7 +189,7 @@ class HvdMagics(Magics):
         try:  # before anything is shipped
             compile(source, "<hvd cell>", "exec")
         except SyntaxError as exc:
-            raise CellSyntaxError(exc) from None
+            raise CellSyntaxError(exc, _prompt(self.shell)) from None
         pool = require_pool()
         try:
             show = parse_ranks(args.ranks, len(pool.ranks))
@@ -197,7 +205,7 @@ class HvdMagics(Magics):
             show_ranks=show,
             log_lines=args.log_lines,
             view=view,
-            count=self.shell.execution_count,
+            count=_prompt(self.shell),
             cell_id=_cell_id(self.shell),
             setup=args.setup,
             where_full=args.where_full,
@@ -205,10 +213,10 @@ class HvdMagics(Magics):
         if args.timeline is not None:
             if not pool.horovod:
                 raise UsageError("--timeline records Horovod's timeline, and this pool has no Horovod: use --profile.")
-            return hvd_timeline.record(pool, args.timeline, lambda: run_cell(pool, source, options))
+            return hvd_timeline.record(pool, args.timeline, lambda: lifecycle.run_cell(pool, source, options))
         if args.profile is not None:
-            return hvd_profile.record(pool, args.profile, lambda: run_cell(pool, source, options))
-        return run_cell(pool, source, options)
+            return hvd_profile.record(pool, args.profile, lambda: lifecycle.run_cell(pool, source, options))
+        return lifecycle.run_cell(pool, source, options)
 
     @line_magic
     @magic_arguments()
@@ -237,7 +245,7 @@ class HvdMagics(Magics):
         except hvd_transfer.TransferError as exc:
             raise UsageError(str(exc)) from None
         try:
-            restart.journal_push(pool, payload, self.shell.execution_count, _cell_id(self.shell))
+            restart.journal_push(pool, payload, _prompt(self.shell), _cell_id(self.shell))
         except OSError as exc:
             print(
                 f"jupyter-hvd: pushed, but {', '.join(names)} could not be kept for a replay after a restart "
@@ -278,7 +286,8 @@ class HvdMagics(Magics):
             return
         pool = pools.current()
         if pool is None:
-            print("No jupyter-hvd pool is running. Start one with %hvd_start -np 2")
+            why = f" ({pools.last_words})" if pools.last_words else ""
+            print(f"No jupyter-hvd pool is running{why}. Start one with %hvd_start -np 2")
             return
         if pool.stopped:
             print("The pool is stopped (its restart failed). %hvd_restart starts it again with the same options.")
@@ -303,7 +312,7 @@ class HvdMagics(Magics):
             )
         if pool.keeper.names:
             print(pool.keeper.listing())
-            print(f"Snapshots on disk: {size_text(restart.disk_used(pool))} (%hvd_snapshots lists them).")
+            print(f"Snapshots on disk: {size_text(pool.disk_used())} (%hvd_snapshots lists them).")
         dropped = pool.channel.dropped_text() if pool.channel is not None else ""
         if dropped:
             print(dropped)
@@ -324,7 +333,7 @@ class HvdMagics(Magics):
             raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
         t0 = time.monotonic()
         try:
-            pool, came_back = restart.restart(pool, fresh=args.fresh)
+            pool, came_back = lifecycle.restart(pool, fresh=args.fresh)
         except KeyboardInterrupt:
             now = pools.current()
             raise PoolError(now.interrupted_restart() if now is not None else "The restart was interrupted.") from None
@@ -357,8 +366,8 @@ class HvdMagics(Magics):
                 keeper.keep(args.names)
                 restart.configure(pool)
                 gen = (next_number(), 0)
-                for r in pool.ranks:  # a snapshot now, behind whatever the ranks were asked before
-                    pool.channel.send(r.rank, wire.Commit(self.shell.execution_count, gen))  # type: ignore[union-attr]
+                # A snapshot now, behind whatever the ranks were asked before.
+                pool.channel.send_all(wire.Commit(_prompt(self.shell), gen))  # type: ignore[union-attr]
             if pool.channel is not None:
                 pool.channel.settle(len(pool.ranks))  # every rank's part is written (a Pong follows its Committed)
         for news in keeper.snapshots.news:
@@ -378,7 +387,7 @@ class HvdMagics(Magics):
             return
         pool = require_pool()
         with pool.lock:
-            print(hvd_where.ask(pool, args.full))
+            print(hvd_where.report(pool, "%hvd_where asked", args.full))
 
     @line_magic
     @magic_arguments()
@@ -410,7 +419,7 @@ class HvdMagics(Magics):
                 pool.channel.drain()
                 for rank, prune in pool.keeper.snapshots.expire().items():
                     pool.channel.send(rank, prune)
-        print(pool.keeper.snapshots.listing(restart.disk_used(pool)))
+        print(pool.keeper.snapshots.listing(pool.disk_used()))
 
     @line_magic
     @magic_arguments()
@@ -436,7 +445,10 @@ class HvdMagics(Magics):
             raise UsageError(f"%hvd_rewind {args.snapshot}: {exc}. %hvd_snapshots lists them.") from None
         if generation is None:
             raise UsageError("There is no snapshot yet: one is taken at the end of the next successful %%hvd cell.")
-        said = restart.rewind(pool, generation)
+        try:
+            said = restart.rewind(pool, generation)
+        except PoolLost as lost:
+            raise PoolError(f"The rewind lost the pool. {lifecycle.after_loss(pool, lost.failure.message)}") from None
         print(f"Rewound to snapshot #{generation.number}: {said}.")
 
     @line_magic
@@ -475,7 +487,7 @@ class HvdMagics(Magics):
             pool.keeper,
             pool.options,
             args.sbatch,
-            restart.pushed_directory(pool),
+            pool.pushed_dir,
             notebook,
             pool.torch_distributed,
         )
@@ -505,12 +517,5 @@ class HvdMagics(Magics):
         if pool is None:
             print("No jupyter-hvd pool is running.")
             return
-        pool.stop()
+        lifecycle.stop(pool)
         print("Pool stopped.")
-
-
-def stop_at_exit() -> None:
-    """Stop the pool when the kernel shuts down (a killed kernel is covered by the pool's reaper)."""
-    pool = pools.current()
-    if pool is not None:
-        pool.stop()

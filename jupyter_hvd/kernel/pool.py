@@ -15,7 +15,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import ipyparallel as ipp
@@ -56,7 +57,7 @@ def deferred_interrupts() -> Iterator[None]:
 
 
 class Pool:
-    """A running engine pool. Create it with `Pool.start(options)`."""
+    """A running engine pool. Started, restarted and stopped by kernel/lifecycle.py."""
 
     def __init__(self, options: HvdPool) -> None:
         self.options = options
@@ -73,21 +74,20 @@ class Pool:
         self.cells_run = 0
         self.lock = threading.RLock()  # held while a cell runs or the pool restarts/stops
         self.pending_action: str | None = None  # a sidebar restart/stop that waits for the running cell to end
+        self.where_asked: bool | None = None  # the sidebar's Where (True: with library frames), until answered
         self._idle_since = time.monotonic()
         self.resting = False  # Horovod is stopped on every rank until the next cell (engine/idle.py)
         self.watcher: PoolWatcher | None = None
         self.stopped = False  # stop() ran: %hvd_restart starts a new pool with these options
         self.keeper = Keeper()  # setup journal, kept names, snapshots, cells run (kernel/keep.py)
         self.keeper.snapshots.kept = options.snapshots_kept
-        # After fresh engines started: replay the journal and restore kept names (kernel/restart.py sets it).
-        self.bring_back: Callable[[Pool], str] | None = None
-        self._bringing_back = False
         self.engines_started = 0  # sets of engines started so far (a restart while bringing back makes one more)
         self.horovod = True  # the engines have Horovod (else torch.distributed only)
         self.torch_distributed = options.torch_distributed  # the engines have a torch.distributed process group
         self._torch_store: Any = None  # the TCPStore the kernel serves for a process group across hosts
         self.coming_back = ""  # what the restart brings back at the moment ("replaying setup entry 2 of 3")
         self.last_failed: list[int] = []  # the ranks that raised in the last failed cell (%hvd_debug's default)
+        self.announcements: list[str] = []  # what happened between cells (a sidebar action): said under the next cell
         self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
     # ---- what the pool file shows (kernel/pool_file.py reads these) ----------------------------------------
@@ -99,6 +99,41 @@ class Pool:
     @property
     def np(self) -> int:
         return int(self.options.np or 0)
+
+    @property
+    def kept_dir(self) -> Path:
+        """Where the ranks write the snapshots of kept names (in the pool's private directory)."""
+        return self.directory / "kept"
+
+    @property
+    def pushed_dir(self) -> Path:
+        """Where pushed values are kept for replays and exports."""
+        return self.directory / "pushed"
+
+    def disk_used(self) -> int:
+        """Bytes the pool's snapshots and pushed values take on this host (data shared by links counted once)."""
+        seen: set[int] = set()
+        total = 0
+        for folder in (self.kept_dir, self.pushed_dir):
+            for root, _, files in os.walk(folder):
+                for name in files:
+                    try:
+                        st = os.lstat(os.path.join(root, name))
+                    except OSError:
+                        continue
+                    if st.st_ino not in seen:
+                        seen.add(st.st_ino)
+                        total += st.st_size
+        return total
+
+    def kept_summary(self) -> dict[str, Any]:
+        """What is kept, for the pool file: the names, how many snapshots, the disk they take."""
+        names = list(self.keeper.names)
+        return {
+            "kept": names,
+            "snapshots": len(self.keeper.snapshots.complete()) if names else 0,
+            "kept_bytes": self.disk_used() if names or self.keeper.journal else 0,
+        }
 
     def channel_problems(self) -> list[str]:
         return [f"rank {rank}: {text}" for rank, text in (self.channel.problems if self.channel else [])]
@@ -137,9 +172,6 @@ class Pool:
             with deferred_interrupts():  # a second Ctrl-C must not leave half of the processes behind
                 pool.stop()
             raise
-        pool.watcher = PoolWatcher(pool)
-        pool.file.poke = pool.watcher.poke
-        pool.watcher.start()
         return pool
 
     def _record_processes(self) -> None:
@@ -244,44 +276,34 @@ class Pool:
             self._torch_store = dist.TCPStore(ip, 0, is_master=True, wait_for_workers=False)
         return {"host": ip, "port": self._torch_store.port, "prefix": f"start-{self.engines_started}", "served": True}
 
-    def restart(self, planned: bool = False) -> str:
-        """Replace every engine with a fresh one (same options); Horovod is initialised again, the setup journal
-        replayed and kept names restored. Returns what came back, in words.
+    def replace_engines(self, planned: bool = False) -> None:
+        """Replace every engine with a fresh one (same options), Horovod initialised again. What comes back is
+        kernel/restart.py's job, the restart as a whole kernel/lifecycle.py's.
 
         `planned` (asked for, not a lost pool): the engines first finish what they were asked, so a snapshot being
         written is not lost. A restart that fails stops the whole pool (half a pool would fail every later cell in
-        a new way); the options stay, for %hvd_restart.
+        a new way) and raises PoolError; the options stay, for %hvd_restart.
         """
         with self.lock:  # the watcher reads the channel between cells: not while the new engines say hello
             if planned and self.channel is not None and self.ranks and not self.dead_ranks():
                 self.channel.settle(len(self.ranks), timeout=30.0)
-            return self._restart()
-
-    def _restart(self) -> str:
-        self.set_state("restarting", publish=False)
-        self.file.write(self)
-        self.launcher.stop_engines(self.ranks)
-        self.ranks = []
-        self.file.rank_stats = {}
-        self.view = None
-        try:
-            self._start_engines()
-        except BaseException as exc:
-            with deferred_interrupts():
-                self._end(keep_directory=True)  # stays the kernel's pool, stopped: %hvd_restart starts it again
-            if isinstance(exc, PoolError):
-                raise PoolError(
-                    f"The restart failed: {exc.message} The pool was stopped.",
-                    f"{exc.hint}\n%hvd_restart starts it again with the same options.".strip(),
-                ) from None
-            raise
-        if self.bring_back is None or self._bringing_back or not (self.keeper.journal or self.keeper.names):
-            return LOST  # a restart while bringing back (the replay lost the pool again) brings nothing back
-        self._bringing_back = True
-        try:
-            return self.bring_back(self)
-        finally:
-            self._bringing_back = False
+            self.set_state("restarting", publish=False)
+            self.file.write(self)
+            self.launcher.stop_engines(self.ranks)
+            self.ranks = []
+            self.file.rank_stats = {}
+            self.view = None
+            try:
+                self._start_engines()
+            except BaseException as exc:
+                with deferred_interrupts():
+                    self._end(keep_directory=True)  # stays the kernel's pool, stopped: %hvd_restart starts it again
+                if isinstance(exc, PoolError):
+                    raise PoolError(
+                        f"The restart failed: {exc.message} The pool was stopped.",
+                        f"{exc.hint}\n%hvd_restart starts it again with the same options.".strip(),
+                    ) from None
+                raise
 
     def initialised(self) -> str:
         """What the engines have: 'Horovod initialised', 'Horovod and torch.distributed (Gloo) initialised', or
@@ -309,6 +331,12 @@ class Pool:
             f"The restart was interrupted{where}: the engines run, but what the setup journal and the kept names "
             "bring back is not all there. %hvd_restart brings it all back (%hvd_restart --fresh starts empty)."
         )
+
+    def said_goodbye(self, why: str) -> None:
+        """Why this pool ended outside any cell: said when the notebook next asks for a pool."""
+        global last_words
+        if current() is None:
+            last_words = why
 
     def stop(self) -> None:
         """Stop engines and controller, leave no process behind; the kernel has no pool any more."""
@@ -421,8 +449,7 @@ class Pool:
         try:
             if self.state == "idle" and not self.resting and self.channel is not None:
                 try:
-                    for r in self.ranks:  # all ranks or none: the rest is collective (engine/idle.py)
-                        self.channel.send(r.rank, wire.Rest())
+                    self.channel.send_all(wire.Rest())  # all ranks or none: the rest is collective (engine/idle.py)
                 except ChannelError:
                     return False  # a dead rank: the next cell finds out and restarts the pool
                 self.resting = True
@@ -448,6 +475,7 @@ class Pool:
 
 
 _current: Pool | None = None
+last_words = ""  # why the kernel's last pool ended, where it ended outside any cell (the sidebar's Stop)
 
 
 def current() -> Pool | None:
@@ -456,5 +484,7 @@ def current() -> Pool | None:
 
 
 def set_current(pool: Pool | None) -> None:
-    global _current
+    global _current, last_words
     _current = pool
+    if pool is not None:
+        last_words = ""

@@ -1,4 +1,4 @@
-"""What goes into a pool's file (jupyter_hvd/state.py): the pool as the sidebar and the reaper see it.
+"""What goes into a pool's file (jupyter_hvd/state/): the pool as the sidebar and the reaper see it.
 
 Runs in the user's kernel. The cell runner and the watcher hand in per-rank measurements as they come; the file is
 written by the watcher thread (`publish`), so a cell never waits for file IO, and at once (`write`) when the
@@ -8,12 +8,15 @@ processes change, since the reaper kills what the file names.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Protocol
 
 from .. import state
 from .ranks import Rank
+
+CELL_FIGURES = ("step", "loss", "compute_ms", "wait_ms", "last_line")  # state.RankRecord's fields of the running cell
 
 
 class PoolView(Protocol):
@@ -33,6 +36,8 @@ class PoolView(Protocol):
 
     def channel_problems(self) -> list[str]: ...
 
+    def kept_summary(self) -> dict[str, Any]: ...
+
 
 class PoolFile:
     """The pool file of one pool and the measurements only it keeps (step, loss, load per rank; NaN and straggler
@@ -44,10 +49,13 @@ class PoolFile:
         self.kernel_problems: list[str] = []
         self.nonfinite: state.Nonfinite | None = None  # where a metric of the running or last cell became NaN/Inf
         self.straggler: state.Straggler | None = None  # the rank that set the pace of the running or last cell
+        self.where: state.WhereReport | None = None  # where the ranks were when last asked (kernel/where.py)
         self.processes: list[dict[str, Any]] = []
         self.slurm_job = ""  # the engines' SLURM job, for the reaper to cancel if the kernel dies
         self._lock = threading.Lock()
         self._identity = state.kernel_identity()
+        self._engines: tuple[int, ...] = ()  # the engines' pids: new ones mean a restart
+        self.engines_started = 0.0
         self.poke: Callable[[], None] | None = None  # the watcher's: write soon, from its thread
 
     def update_ranks(self, stats: dict[int, dict[str, Any]]) -> None:
@@ -55,12 +63,24 @@ class PoolFile:
         for rank, values in stats.items():
             self.rank_stats.setdefault(rank, {}).update(values)
 
-    def end_of_cell(self) -> None:
-        """A stall ends with its cell."""
+    def start_of_cell(self) -> None:
+        """A cell starts: the figures of the one before (step, loss, per-step times, last line) are not this one's."""
         for stats in self.rank_stats.values():
+            for name in CELL_FIGURES:
+                stats.pop(name, None)
+
+    def end_of_cell(self) -> None:
+        """A stall ends with its cell, as does a breakpoint()'s pdb."""
+        for rank, stats in self.rank_stats.items():
             if stats.get("state") == "stalled":
                 del stats["state"]
             stats.pop("stalled_on", None)
+            self.end_of_debugging(rank)
+
+    def end_of_debugging(self, rank: int) -> None:
+        """A breakpoint()'s pdb let `rank` go: its state is the pool's again."""
+        if self.rank_stats.get(rank, {}).get("state") == "debugger":
+            del self.rank_stats[rank]["state"]
 
     def note_problem(self, text: str) -> bool:
         """Keep what failed in the kernel (newest first, 20 at most); False when it was the last one noted."""
@@ -76,6 +96,9 @@ class PoolFile:
     def write(self, pool: PoolView) -> None:
         """Write the file as the pool is now."""
         with self._lock:
+            engines = tuple(r.pid for r in pool.ranks)
+            if engines and engines != self._engines:
+                self._engines, self.engines_started = engines, time.time()
             ranks = [state.RankRecord(**{**asdict(r), **self.rank_stats.get(r.rank, {})}) for r in pool.ranks]
             record = state.PoolRecord(
                 id=pool.id,
@@ -92,6 +115,9 @@ class PoolFile:
                 problems=self.problems(pool),
                 nonfinite=self.nonfinite,
                 straggler=self.straggler,
+                engines_started=self.engines_started or pool.started_at,
+                where=self.where,
+                **pool.kept_summary(),
                 **self._identity,
             )
             state.write_pool(self.path, record)

@@ -6,61 +6,42 @@ A crash while coming back (an engine that dies during the replay or the restore)
 comes back again from the same snapshot, a few times at most. A replay or a restore that fails pins the snapshot it
 could not restore: it is not dropped for newer ones, and the next restart (once the cause is mended) restores it.
 
-Runs in the user's kernel. The pool calls `bring_back` after every restart (Pool.bring_back); `restart` is what
-%hvd_restart does, `rewind` what %hvd_rewind does.
+Runs in the user's kernel. kernel/lifecycle.py calls `bring_back` after every restart; `rewind` is what %hvd_rewind
+does.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
+import sys
 
 from .. import wire
 from . import restore, transfer
+from .failures import PoolLost
 from .keep import Cell, Push
-from .pool import LOST, Pool, set_current
+from .pool import Pool
 from .snapshots import Generation
 
 ATTEMPTS = 3  # times the engines may be lost while coming back before the pool gives up
-
-
-def kept_directory(pool: Pool) -> Path:
-    """Where the ranks write the snapshots: in the pool's private directory (beside its channel's sockets)."""
-    return pool.directory / "kept"
-
-
-def pushed_directory(pool: Pool) -> Path:
-    """Where pushed values are kept for replays and exports."""
-    return pool.directory / "pushed"
-
-
-def disk_used(pool: Pool) -> int:
-    """Bytes the pool's snapshots and pushed values take on this host (data shared by links counted once)."""
-    seen: set[int] = set()
-    total = 0
-    for folder in (kept_directory(pool), pushed_directory(pool)):
-        for root, _, files in os.walk(folder):
-            for name in files:
-                try:
-                    st = os.lstat(os.path.join(root, name))
-                except OSError:
-                    continue
-                if st.st_ino not in seen:
-                    seen.add(st.st_ino)
-                    total += st.st_size
-    return total
+LOST = "worker state (models, variables) was lost; run the cells that define it again"
 
 
 def bring_back(pool: Pool) -> str:
-    """Replay the setup journal on fresh engines, then restore the kept names; what came back, in words."""
+    """Replay the setup journal on fresh engines, then restore the kept names; what came back, in words. Engines lost
+    meanwhile are replaced and it starts over, ATTEMPTS times at most (PoolError: a replacement failed, and the pool
+    is stopped)."""
+    if not (pool.keeper.journal or pool.keeper.names):
+        return LOST
     said = ""
     for _ in range(ATTEMPTS):
-        started = pool.engines_started
-        said = _bring_back_once(pool)  # an interrupt leaves `coming_back` saying where it stopped
-        pool.coming_back = ""
-        if pool.engines_started == started:
+        try:
+            said = _bring_back_once(pool)  # an interrupt leaves `coming_back` saying where it stopped
+            pool.coming_back = ""
             return said
+        except PoolLost as lost:
+            said = f"the engines were lost while {pool.coming_back} ({lost.failure.message.splitlines()[0]})"
+            pool.coming_back = ""
+            print(f"jupyter-hvd: {said}: restarting the pool again...", file=sys.stderr, flush=True)
+            pool.replace_engines()
     return (
         f"the engines were lost {ATTEMPTS} times while the setup journal was replayed or the kept names restored "
         f"(the last time: {said}); nothing more was tried. %hvd_restart tries again from the same snapshot"
@@ -69,7 +50,6 @@ def bring_back(pool: Pool) -> str:
 
 def _bring_back_once(pool: Pool) -> str:
     keeper = pool.keeper
-    started = pool.engines_started
     said: list[str] = []
     replayed = 0
     target = keeper.snapshots.target()
@@ -79,8 +59,6 @@ def _bring_back_once(pool: Pool) -> str:
     for i, entry in enumerate(keeper.journal, 1):
         pool.coming_back = f"replaying setup entry {i} of {len(keeper.journal)}"
         failed = _replay(pool, entry)
-        if pool.engines_started != started:
-            return f"the engines were lost during the replay of setup entry {i} ({failed})"
         if failed:
             later = len(keeper.journal) - i
             what = f"push of {', '.join(entry.names)}" if isinstance(entry, Push) else "setup cell"
@@ -99,9 +77,20 @@ def _bring_back_once(pool: Pool) -> str:
             said.append(f"no snapshot of {', '.join(keeper.names)} was written yet, so nothing was restored")
         else:
             pool.coming_back = f"restoring {', '.join(keeper.names)}"
-            result = restore.load(pool, target, str(kept_directory(pool)), keeper.names)
-            if pool.engines_started != started:
-                return f"the engines were lost during the restore ({restore.words(result)})"
+            result = restore.load(pool, target, str(pool.kept_dir), keeper.names)
+            while result.get("unreadable"):
+                # Its files are gone (a disk cleaned, a node changed): the newest snapshot before it instead.
+                gone = target
+                keeper.snapshots.drop(gone)
+                target = keeper.snapshots.target()
+                said.append(f"snapshot #{gone.number} could not be read on any rank (its files are gone)")
+                if target is None:
+                    break
+                keeper.snapshots.pin(target)
+                result = restore.load(pool, target, str(pool.kept_dir), keeper.names)
+            if target is None:
+                said.append("no other snapshot is left, so nothing was restored")
+                return "; ".join(said)
             said.append(restore.words(result))
             whole = not result["error"] and not result["failed"]
             if whole and not replay_failed:
@@ -129,7 +118,7 @@ def _replay(pool: Pool, entry: Cell | Push) -> str:
     """Replay one journal entry; '' or why it failed."""
     if isinstance(entry, Push):
         try:
-            transfer.send(pool, transfer.load(pushed_directory(pool) / entry.file))
+            transfer.send(pool, transfer.load(pool.pushed_dir / entry.file))
         except (OSError, transfer.TransferError) as exc:
             return str(exc)
         return ""
@@ -142,49 +131,25 @@ def configure(pool: Pool) -> None:
     if pool.channel is None:
         return
     pool.keeper.snapshots.ranks = len(pool.ranks)
-    request = wire.Keep(list(pool.keeper.names), str(kept_directory(pool)))
-    for r in pool.ranks:
-        pool.channel.send(r.rank, request)
+    pool.channel.send_all(wire.Keep(list(pool.keeper.names), str(pool.kept_dir)))
 
 
 def journal_push(pool: Pool, payload: transfer.Payload, count: int | None, cell_id: str) -> None:
     """A push reached every rank: keep its values for the replay after a restart, in the journal's order."""
     number = sum(isinstance(e, Push) for e in pool.keeper.journal) + len(pool.keeper.cells) + 1
     file = f"push-{number}-{'-'.join(payload.names)[:60]}.bin"
-    transfer.save(payload, pushed_directory(pool) / file)
+    transfer.save(payload, pool.pushed_dir / file)
     replaced = [e for e in pool.keeper.journal if isinstance(e, Push) and cell_id and e.cell_id == cell_id]
     pool.keeper.record_push(Push(list(payload.names), file, count, cell_id, payload.nbytes))
     for old in replaced:
-        (pushed_directory(pool) / old.file).unlink(missing_ok=True)
+        (pool.pushed_dir / old.file).unlink(missing_ok=True)
 
 
 def rewind(pool: Pool, generation: Generation) -> str:
     """%hvd_rewind: load an earlier snapshot into the running pool, without a restart."""
     with pool.lock:
         configure(pool)
-        result = restore.load(pool, generation, str(kept_directory(pool)), pool.keeper.names)
+        result = restore.load(pool, generation, str(pool.kept_dir), pool.keeper.names)
     if not result["error"] and not result["failed"]:
         pool.keeper.snapshots.unpin()
     return restore.words(result)
-
-
-def restart(pool: Pool, fresh: bool = False) -> tuple[Pool, str]:
-    """%hvd_restart: fresh engines with the same options, the journal replayed and kept names restored (with `fresh`,
-    nothing: the journal and the kept names are forgotten). A pool stopped by a failed restart is started anew.
-    Returns the running pool and what came back."""
-    if fresh:
-        pool.keeper.clear()
-        shutil.rmtree(kept_directory(pool), ignore_errors=True)
-        shutil.rmtree(pushed_directory(pool), ignore_errors=True)
-    if pool.stopped:
-        old = pool
-        pool = Pool.start(old.options)
-        pool.keeper = old.keeper  # what the old pool kept comes back on the new one
-        for folder in (kept_directory, pushed_directory):
-            if folder(old).is_dir():
-                shutil.copytree(folder(old), folder(pool), dirs_exist_ok=True)
-        shutil.rmtree(old.directory, ignore_errors=True)
-        pool.bring_back = bring_back
-        set_current(pool)
-        return pool, bring_back(pool) if (pool.keeper.journal or pool.keeper.names) else LOST
-    return pool, pool.restart(planned=True)

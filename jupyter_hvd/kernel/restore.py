@@ -17,8 +17,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from .cell import CellOptions, run_cell
+from .cell import CellOptions, CellRun
 from .errors import CellFailed
+from .failures import PoolLost
 from .pool import Pool
 from .ranks import format_ranks
 from .snapshots import Generation, describe
@@ -52,11 +53,20 @@ class Quiet:
 
 def run_quietly(pool: Pool, source: str, count: int | None = None, every_value: bool = False) -> tuple[Any, str]:
     """Run `source` on every rank without showing it; (rank 0's last value, or every rank's with `every_value`;
-    '' or why it failed, in one line)."""
-    options = CellOptions(view=Quiet(), count=count, record=False, display_value=False, every_value=every_value)
+    '' or why it failed, in one line). PoolLost: the pool was lost with it."""
+    options = CellOptions(
+        view=Quiet(),
+        count=count,
+        record=False,
+        display_value=False,
+        every_value=every_value,
+        time_limit=pool.options.timeout,  # a replay or a restore nobody watches must end by itself too
+    )
     try:
-        return run_cell(pool, source, options), ""
+        return CellRun(pool, source, options).run(), ""
     except CellFailed as exc:
+        if exc.lost is not None:  # whoever asked restarts the pool (kernel/restart.py, kernel/lifecycle.py)
+            raise PoolLost(exc.lost) from None
         if exc.interrupted:  # the stop button: what runs quietly for the user stops too
             raise KeyboardInterrupt from None
         lines = [ln.strip() for ln in _ANSI.sub("", exc.message).splitlines() if ln.strip()]
@@ -93,6 +103,7 @@ def load(pool: Pool, generation: Generation, directory: str, kept: list[str]) ->
         r: {n: why for n, why in a.get("failed", {}).items() if n in kept or n == "*"} for r, a in answers.items()
     }
     result["failed"].update(_failures(prepared, len(pool.ranks)))
+    result["unreadable"] = all("*" in a.get("failed", {}) for a in answers.values())
     ready = [n for n in names if all(n in a.get("ok", []) for a in answers.values())]
     if not ready:
         return result

@@ -163,6 +163,12 @@ class Snapshots:
         there = ", ".join(f"{g.number}" + (f" ({g.tag})" if g.tag else "") for g in self.complete())
         raise LookupError(f"no snapshot {ref}: there are {there}" if there else "there is no snapshot yet")
 
+    def drop(self, g: Generation) -> None:
+        """Forget a generation that cannot be read any more (unpinned if it was pinned)."""
+        self.generations.pop(g.gen, None)
+        if self.pinned == g.gen:
+            self.pinned = None
+
     def pin(self, g: Generation) -> None:
         self.pinned = g.gen
 

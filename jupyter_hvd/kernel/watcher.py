@@ -1,9 +1,10 @@
 """A kernel-side thread that keeps the pool's state file fresh and carries out the sidebar's actions.
 
 Every second it samples each local rank's process (CPU %, RSS; GPU memory where nvidia-smi answers) into the
-state file, and takes an action file left by the Jupyter server (interrupt, restart, stop). Interrupt is a
+state file, and takes an action file left by the Jupyter server (interrupt, restart, stop, where). Interrupt is a
 signal, safe from any thread. Restart and stop need the main thread's ipyparallel client to be idle: when a
-cell is running, the watcher interrupts it and leaves the action for the cell runner to finish.
+cell is running, the watcher interrupts it and leaves the action for the cell runner to finish. Where is left for
+the running cell to answer, under it; between cells the watcher answers it (kernel/where.py).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import psutil
 
 from .. import state
-from .ranks import Rank
+from . import where
 
 log = logging.getLogger("jupyter_hvd")
 PERIOD_S = 1.0
@@ -60,20 +62,13 @@ def gpu_memory_by_pid() -> dict[int, dict[str, float]]:
     return out
 
 
-class Watched(Protocol):
+class Watched(where.Pool, Protocol):
     """What the watcher uses of a pool (kernel/pool.py)."""
 
     id: str
-    ranks: list[Rank]
-    busy_cell: str | None
     pending_action: str | None
-    lock: Any
 
     def interrupt(self, ranks: list[int]) -> None: ...
-
-    def restart(self, planned: bool = False) -> str: ...
-
-    def stop(self) -> None: ...
 
     def note_problem(self, text: str) -> None: ...
 
@@ -87,11 +82,13 @@ class Watched(Protocol):
 
 
 class PoolWatcher(threading.Thread):
-    """Samples rank stats and takes sidebar actions for one pool, until `stop()`."""
+    """Samples rank stats and takes sidebar actions for one pool, until `stop()`. `act` carries out a Restart or Stop
+    (kernel/lifecycle.py), on the kernel's main loop."""
 
-    def __init__(self, pool: Watched) -> None:
+    def __init__(self, pool: Watched, act: Callable[[str], None]) -> None:
         super().__init__(name=f"jupyter-hvd watcher {pool.id}", daemon=True)
         self.pool = pool
+        self._act = act
         self._stopped = threading.Event()
         self._poked = threading.Event()
         self._last_sample = 0.0
@@ -145,39 +142,32 @@ class PoolWatcher(threading.Thread):
                 if self._stopped.is_set():
                     return
             self.pool.update_rank_stats(self.sample(), publish=False)
+            self.answer_where()  # one asked while a restart held the pool
             self.pool.read_channel()
             self.pool.rest_if_idle()
         self.pool.write_file()
 
     def carry_out(self, action: str) -> None:
         pool = self.pool
+        if action in ("where", "where-full"):
+            pool.where_asked = action == "where-full"
+            self.answer_where()
+            return
         if action == "interrupt" or pool.busy_cell is not None:
             # A running cell ends through its own wind-down; restart/stop then run on the main thread.
             pool.interrupt([r.rank for r in pool.ranks])
-            if action != "interrupt":
+            if action != "interrupt" or pool.busy_cell is not None:  # the cell says it was the sidebar's
                 pool.pending_action = action
             return
         if self._main_loop is not None and not self._main_loop.is_closed():
-            self._main_loop.call_soon_threadsafe(self._carry_out_now, action)
+            self._main_loop.call_soon_threadsafe(self._act, action)
         else:
-            self._carry_out_now(action)
+            self._act(action)
 
-    def _carry_out_now(self, action: str) -> None:
-        pool = self.pool
-        if pool.busy_cell is not None:  # a cell started in between: it carries the action out when it ends
-            pool.pending_action = action
-            pool.interrupt([r.rank for r in pool.ranks])
-            return
-        with pool.lock:
-            if action == "restart":
-                try:
-                    pool.restart(planned=True)
-                except Exception as exc:  # on the main loop nobody would see it: log it, keep it for %hvd_status
-                    log.exception("jupyter-hvd: the restart asked for from the sidebar failed")
-                    pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")
-            elif action == "stop":
-                self.stop()
-                pool.stop()
+    def answer_where(self) -> None:
+        """The sidebar's Where, between cells (a running cell answers it itself, under the cell)."""
+        if self.pool.where_asked is not None and self.pool.busy_cell is None:
+            where.answer_sidebar(self.pool)
 
     def sample(self) -> dict[int, dict[str, Any]]:
         """CPU %, RSS and GPU memory of every local rank's process, keyed by rank."""

@@ -1,15 +1,15 @@
 """Where every rank is, in the user's words: the cell line and function, the collective it waits in, identical places
 grouped, library frames folded unless asked for:
 
-    ranks 0, 2, 3: waiting in allreduce 'grad_sync' (cell line 6)
-    rank 1: in load_batch() (cell line 3) -> time.sleep
+    ranks 0,2,3: waiting in allreduce 'grad_sync' (cell line 6)
+    rank 1: in load_batch() (cell line 3) -> time.sleep(1)
 
 Shown when the stop button ends a running cell, when Horovod reports a stall, by %hvd_where and by the sidebar's
-Where. Each rank answers from a thread of its own (engine/where.py), without being stopped; a rank that cannot
-answer (frozen by SIGSTOP, or holding the GIL in native code) is named as such, with the stack py-spy reads from
-outside. py-spy rather than faulthandler: it reads a stopped process and never runs code in the target (faulthandler
-needs a signal handled by the rank itself, which a frozen rank never runs). Its Python frames only: native frames
-need the target paused by ptrace, which a stopped process refuses and a running one would feel.
+Where (the pool file's `where`). Each rank answers from a thread of its own (engine/where.py), without being stopped;
+a rank that cannot answer (frozen by SIGSTOP, or holding the GIL in native code) is named as such, with the stack
+py-spy reads from outside. py-spy rather than faulthandler: faulthandler needs a signal handled by the rank itself,
+which a frozen rank never runs and which would land in the user's code; py-spy reads a stopped process's Python
+frames without touching it, and a running one's native frames too (ptrace pauses it briefly; no signal).
 
 Runs in the user's kernel.
 """
@@ -24,67 +24,108 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
-from .. import wire
-from .channel import ChannelError
-from .pool import Pool
-from .ranks import format_ranks
+from .. import state, wire
+from .channel import CellChannel, ChannelError
+from .hosts import is_this_host
+from .pool_file import PoolFile
+from .ranks import Rank, format_ranks
 
 ANSWER_S = 1.0  # how long ranks have to answer before py-spy reads them from outside
-PYSPY_S = 5.0
+PYSPY_S = 5.0  # for every rank py-spy reads, together
 _numbers = iter(range(1, 1 << 62))
+_PYSPY_FRAME = re.compile(r"^\s+(\S.*?) \((.*?)(?::(\d+))?\)\s*$")
 
 
-def cell_line(filename: str) -> bool:
-    """Whether a frame's file is a %%hvd cell (engine/runner.py runs cells as `<hvd-cell-N>`)."""
-    return filename.startswith("<hvd-cell-")
+class Pool(Protocol):
+    """What "where" uses of a pool (kernel/pool.py)."""
+
+    channel: CellChannel | None
+    ranks: list[Rank]
+    file: PoolFile
+    lock: Any
+    busy_cell: str | None
+    where_asked: bool | None
+
+    def dead_ranks(self) -> list[int]: ...
+
+    def frozen_ranks(self) -> list[int]: ...
+
+    def publish(self) -> None: ...
 
 
-def at(frame: wire.Frame) -> str:
-    """'cell line 6' (as the notebook numbers the cell's lines: %%hvd is line 1), or 'data.py:12'."""
-    if cell_line(frame["file"]):
-        return f"cell line {frame['line'] + 1}"
-    return f"{Path(frame['file']).name}:{frame['line']}"
+def at(frame: wire.Frame, cell: int | None) -> str:
+    """'cell line 6' (as the notebook numbers the running cell's lines: %%hvd is line 1), 'line 3 of an earlier cell'
+    (a function defined there), or 'data.py:12'."""
+    number = wire.cell_number(frame["file"])
+    if number is None:
+        return f"{Path(frame['file']).name}:{frame['line']}" if frame["line"] else Path(frame["file"]).name
+    line = frame["line"] + 1
+    return f"cell line {line}" if number == cell else f"line {line} of an earlier cell"
 
 
 def describe(place: wire.Place, full: bool = False) -> str:
-    """One rank's place in words: 'waiting in allreduce 'x' (cell line 6)', 'in f() (cell line 3) -> time.sleep'."""
-    if place.cell is None:
+    """One rank's place in words: "waiting in allreduce 'x' (cell line 6)", 'in f() (cell line 3) -> time.sleep(1)';
+    with `full`, every frame below on lines of their own."""
+    if place.cell is None and not place.debugger:
         return "idle (no cell running)"
-    if place.debugger:
-        prefix = "in the debugger (pdb), "
-    else:
-        prefix = ""
     frames = place.frames
-    user = [f for f in frames if not f["library"]]
-    innermost = frames[-1] if frames else None
-    where = ""
-    if user:
-        last = user[-1]
-        where = f"{last['function']}() ({at(last)})" if last["function"] != "<module>" else f"({at(last)})"
+    user = [i for i, f in enumerate(frames) if not f["library"]]
+    last = frames[user[-1]] if user else None
+    spot = ""  # 'in load_batch() (cell line 3)', or 'at cell line 6' in the cell itself
+    if last is not None:
+        where = at(last, place.cell)
+        spot = f"at {where}" if last["function"] == "<module>" else f"in {last['function']}() ({where})"
+    if place.debugger:
+        text = f"in the debugger (pdb){' ' + spot if spot else ''}"
+    elif place.waiting:
+        text = f"waiting in {place.waiting}"
+        if last is not None:
+            text += f" ({at(last, place.cell)})" if spot.startswith("at ") else f" {spot}"
+    else:
+        text = f"{spot or 'in library code'}{_tail(frames, user[-1] if user else -1)}"
     if full:
-        chain = " -> ".join(_frame(f) for f in frames) or "(no Python frames)"
-        return f"{prefix}{'waiting in ' + place.waiting + ': ' if place.waiting else ''}{chain}"
-    if place.waiting:
-        return f"{prefix}waiting in {place.waiting} {where}".rstrip()
-    tail = ""
-    if innermost is not None and innermost["library"]:
-        tail = f" -> {_module(innermost['file'])}.{innermost['function']}"
-    elif innermost is not None and innermost["code"]:  # the call it is in (a builtin has no frame of its own)
-        tail = f" -> {innermost['code'][:80]}"
-    return f"{prefix}in {where or 'the cell'}{tail}"
+        text += "".join(f"\n      {_frame(f, place.cell)}" for f in frames) or "\n      (no Python frames)"
+    return text
 
 
-def _frame(f: wire.Frame) -> str:
-    return f"{f['function']} ({at(f) if cell_line(f['file']) else f['file'] + ':' + str(f['line'])})"
+def _tail(frames: list[wire.Frame], last_user: int) -> str:
+    """What the user's innermost frame is in: ' -> time.sleep(60)' (a call without a frame of its own: its line), or
+    ' -> re.match -> ... -> sre_ucs1_match' (what it called, ... where that is now)."""
+    below = [f for f in frames[last_user + 1 :] if not f["function"].startswith("0x")]
+    if not below:
+        code = frames[last_user]["code"] if frames and last_user >= 0 else ""
+        return f" -> {code[:80]}" if code else ""
+    called, now = _name(below[0]), _name(below[-1])
+    if len(below) == 1:
+        return f" -> {called}"
+    return f" -> {called}{' -> ...' if len(below) > 2 else ''} -> {now}"
+
+
+def _name(frame: wire.Frame) -> str:
+    """'time.sleep', 'torch.nn.modules.module._call_impl', or a native function: 'sre_ucs1_match'."""
+    if not frame["line"]:  # native code (read by py-spy --native): a function of a shared library
+        return frame["function"]
+    return f"{_module(frame['file'])}.{frame['function']}"
+
+
+def _frame(f: wire.Frame, cell: int | None) -> str:
+    if wire.cell_number(f["file"]) is not None:
+        return f"{f['function']} ({at(f, cell)})"
+    return f"{f['function']} ({f['file']}{':' + str(f['line']) if f['line'] else ''})"
 
 
 def _module(path: str) -> str:
     """'time' for a frame of time.py, 'torch.nn.modules.module' for site-packages/torch/nn/modules/module.py."""
     parts = Path(path).with_suffix("").parts
-    for anchor in ("site-packages", "dist-packages"):
-        if anchor in parts:
-            return ".".join(parts[parts.index(anchor) + 1 :])
+    for i, part in enumerate(parts):  # an installed package, or the standard library (lib/python3.X/re/__init__.py)
+        if part in ("site-packages", "dist-packages") or re.fullmatch(r"python3\.\d+", part):
+            inner = [p for p in parts[i + 1 :] if p != "__init__"]
+            if inner and inner[0] not in ("site-packages", "dist-packages"):
+                return ".".join(inner)
+    if "jupyter_hvd" in parts:  # an editable install of jupyter-hvd
+        return ".".join(p for p in parts[parts.index("jupyter_hvd") :] if p != "__init__")
     return Path(path).stem
 
 
@@ -96,17 +137,42 @@ def grouped(lines: dict[int, str]) -> str:
     return "\n".join(f"{format_ranks(ranks)}: {text}" for text, ranks in groups.items())
 
 
-def ask(pool: Pool, full: bool = False, other: Callable[[wire.Event], None] | None = None) -> str:
-    """Where every rank of `pool` is now, in words (grouped); `other` gets the events that arrive meanwhile (a running
-    cell's output), so none is lost."""
+def ask(
+    pool: Pool,
+    full: bool = False,
+    other: Callable[[wire.Event], None] | None = None,
+    source: tuple[int, str] | None = None,
+    ended: dict[int, str] | None = None,
+) -> dict[int, str]:
+    """Where every rank of `pool` is now, in words, by rank; `other` gets the events that arrive meanwhile (a running
+    cell's output), so none is lost; `source`: the running cell's number and source, for the lines of the stacks
+    read from outside; `ended`: what the running cell's ranks that are done with it did, in words."""
     channel = pool.channel
     if channel is None or not pool.ranks:
-        return "The pool has no ranks running."
+        return {}
+    meanwhile: list[wire.Event] = []  # handed on after the picture: handling one may wait (a pdb prompt does)
+    try:
+        places = _answers(pool, channel, meanwhile)
+        lines = {rank: describe(place, full) for rank, place in places.items()}
+        for rank, text in (ended or {}).items():
+            if rank in places and places[rank].cell is None:
+                lines[rank] = text
+        silent = [r for r in pool.ranks if r.rank not in lines]
+        if silent:
+            lines.update(_from_outside(pool, silent, full, source))
+    finally:
+        for event in meanwhile if other is not None else []:
+            other(event)
+    return lines
+
+
+def _answers(pool: Pool, channel: CellChannel, meanwhile: list[wire.Event]) -> dict[int, wire.Place]:
+    """The ranks' own answers to a new Where, within ANSWER_S; other events that arrive go to `meanwhile`."""
     n = next(_numbers)
     asked = []
     for r in pool.ranks:
         try:
-            channel.send(r.rank, wire.Where(n, full))
+            channel.send(r.rank, wire.Where(n))
             asked.append(r.rank)
         except ChannelError:
             pass
@@ -114,49 +180,135 @@ def ask(pool: Pool, full: bool = False, other: Callable[[wire.Event], None] | No
     deadline = time.monotonic() + ANSWER_S
     while len(places) < len(asked) and time.monotonic() < deadline:
         event = channel.receive(max(0.0, deadline - time.monotonic()))
-        if isinstance(event, wire.Place) and event.n == n:
-            places[event.rank] = event
-        elif event is not None and other is not None:
-            other(event)
-    lines = {rank: describe(place, full) for rank, place in places.items()}
-    frozen = set(pool.frozen_ranks())
+        if isinstance(event, wire.Place):
+            if event.n == n:
+                places[event.rank] = event
+        elif event is not None:
+            meanwhile.append(event)
+    return places
+
+
+def _from_outside(pool: Pool, silent: list[Rank], full: bool, source: tuple[int, str] | None) -> dict[int, str]:
+    """Ranks that did not answer, named for why, with the stack py-spy reads where it can."""
     dead = set(pool.dead_ranks())
-    for r in pool.ranks:
-        if r.rank in lines:
-            continue
+    frozen = set(pool.frozen_ranks())
+    local = {r.pid: r.rank in frozen for r in silent if r.rank not in dead and is_this_host(r.host)}
+    stacks = outside_stacks(local)
+    lines = {}
+    for r in silent:
         if r.rank in dead:
             lines[r.rank] = "dead (its engine process is gone)"
             continue
-        state = "frozen (stopped by SIGSTOP or Ctrl-Z)" if r.rank in frozen else "not answering (busy in native code)"
-        stack = outside_stack(r.pid, r.host)
-        lines[r.rank] = f"{state}{': ' + stack if stack else ''}"
-    return grouped(lines)
+        if r.rank in frozen:
+            what = "frozen (stopped by SIGSTOP or Ctrl-Z)"
+        elif r.pid in local:
+            what = "not answering (busy in native code)"
+        else:  # on another host: py-spy reads local processes only
+            what = "not answering (frozen, or busy in native code); on another host, its stack cannot be read"
+        frames = stacks.get(r.pid)
+        if frames is None:
+            lines[r.rank] = what if r.pid not in local else f"{what}; py-spy could not read its stack"
+            continue
+        cell = source[0] if source else None
+        if source:  # py-spy gives no code: the running cell's own lines are known here
+            code = source[1].splitlines()
+            for f in frames:
+                if wire.cell_number(f["file"]) == cell and 0 < f["line"] <= len(code):
+                    f["code"] = code[f["line"] - 1].strip()[:200]
+        lines[r.rank] = f"{what}, read from outside: {describe(wire.Place(r.rank, 0, cell, frames), full)}"
+    return lines
 
 
-def outside_stack(pid: int, host: str) -> str:
-    """The innermost Python frames of a local process, read by py-spy without pausing it or running anything in it
-    ('' where py-spy cannot: another host, not installed, not permitted)."""
-    import socket
+def report(
+    pool: Pool,
+    why: str,
+    full: bool = False,
+    other: Callable[[wire.Event], None] | None = None,
+    source: tuple[int, str] | None = None,
+    ended: dict[int, str] | None = None,
+) -> str:
+    """Where every rank is (`ask`), grouped, as the notebook shows it; kept in the pool file for the sidebar, with
+    `why` (what asked, in words)."""
+    lines = ask(pool, full, other, source, ended)
+    if not lines:
+        return "The pool has no ranks running."
+    text = grouped(lines)
+    pool.file.where = state.WhereReport(time.time(), why, full, text, [lines.get(r.rank, "") for r in pool.ranks])
+    pool.publish()
+    return text
 
-    spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
-    if not spy or host not in (socket.gethostname(), "localhost", "127.0.0.1"):
-        return ""
-    args = [spy, "dump", "--pid", str(pid), "--nonblocking"]
+
+def indented(text: str) -> str:
+    """The lines of a report, indented under the line that says why it is shown."""
+    return "\n".join(f"  {line}" for line in text.splitlines())
+
+
+def answer_sidebar(pool: Pool) -> bool:
+    """The sidebar's Where, between cells (from the watcher's thread): into the pool file; False when the pool is busy
+    (a cell that runs takes it itself, a restart leaves it for later)."""
+    full = pool.where_asked
+    if full is None or not pool.lock.acquire(blocking=False):
+        return False
     try:
-        out = subprocess.run(args, capture_output=True, text=True, timeout=PYSPY_S).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    main = re.sub(r"\x1b\[[0-9;]*m", "", out).split("Thread ", 2)
-    frames = []
-    for line in (main[1] if len(main) > 1 else "").splitlines()[1:]:
-        found = re.match(r"\s+(\S+) \((.*):(\d+)\)", line)
+        if pool.busy_cell is not None or pool.where_asked is None:
+            return False
+        pool.where_asked = None
+        report(pool, "the sidebar asked", full)
+        return True
+    finally:
+        pool.lock.release()
+
+
+def outside_stacks(pids: dict[int, bool]) -> dict[int, list[wire.Frame]]:
+    """The main thread's frames of local processes (pid -> whether it is stopped), innermost last, from the cell's
+    down, read by py-spy without running anything in them; a pid py-spy cannot read (not installed, not permitted)
+    is left out. A stopped process gives its Python frames only (py-spy cannot pause it further), a running one its
+    native frames too."""
+    spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
+    if not spy or not pids:
+        return {}
+    runs = {}
+    for pid, stopped in pids.items():
+        args = [spy, "dump", "--pid", str(pid), "--full-filenames", "--nonblocking" if stopped else "--native"]
+        try:
+            runs[pid] = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            continue
+    deadline = time.monotonic() + PYSPY_S
+    stacks = {}
+    for pid, run in runs.items():
+        try:
+            out, _ = run.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.communicate()
+            continue
+        frames = _main_thread(out, pid)
+        if frames:
+            stacks[pid] = frames
+    return stacks
+
+
+def _main_thread(dump: str, pid: int) -> list[wire.Frame]:
+    """The frames of `py-spy dump`'s main thread (its thread id is the pid), innermost last, from the outermost cell
+    frame down (what runs the cell is the engine's own)."""
+    blocks = re.split(r"^Thread ", re.sub(r"\x1b\[[0-9;]*m", "", dump), flags=re.M)[1:]
+    main = next((b for b in blocks if b.split(None, 1)[0] in (str(pid), hex(pid))), blocks[0] if blocks else "")
+    frames: list[wire.Frame] = []
+    for line in main.splitlines()[1:]:
+        found = _PYSPY_FRAME.match(line)
         if not found:
             continue
-        function, path, number = found.groups()
-        if cell_line(path):
-            frames.append(f"{function} (cell line {int(number) + 1})")
-            break  # what called the cell is the engine's own
-        frames.append(f"{function} ({Path(path).name}:{number})")
-    if len(frames) > 2:  # the innermost frame and the cell's line say it; the library frames between are folded
-        frames = [frames[0], "...", frames[-1]]
-    return " <- ".join(frames)
+        function, where, number = found.groups()
+        frames.append(
+            wire.Frame(
+                file=where,
+                line=int(number) if number else 0,
+                function=function,
+                code="",
+                library=number is None or wire.library_file(where),
+            )
+        )
+    frames.reverse()
+    first = next((i for i, f in enumerate(frames) if wire.cell_number(f["file"]) is not None), None)
+    return frames[first:] if first is not None else []

@@ -3,7 +3,9 @@ pools of this server's kernels; file reads and process checks run in a worker th
 
 GET  /jupyter-hvd/pools                  every pool of this server: {"pools": [...], "now": epoch s}
 GET  /jupyter-hvd/pools/<id>             one pool (404 if unknown)
-POST /jupyter-hvd/pools/<id>/<action>    interrupt | restart | stop (202; 404 unknown pool; 400 bad action)
+POST /jupyter-hvd/pools/<id>/<action>    interrupt | restart | stop | where | where-full (202; 404 unknown pool;
+                                         400 bad action). where: the kernel puts where every rank is into the
+                                         pool's `where` (where-full: with library frames) and under a running cell
 """
 
 from __future__ import annotations
@@ -87,6 +89,6 @@ def setup_handlers(web_app: Any, registry: PoolRegistry) -> None:
         [
             (base, PoolsHandler),
             (url_path_join(base, pool_id), PoolHandler),
-            (url_path_join(base, pool_id, r"(?P<action>[a-z]+)"), PoolActionHandler),
+            (url_path_join(base, pool_id, r"(?P<action>[a-z-]+)"), PoolActionHandler),
         ],
     )

@@ -4,8 +4,8 @@ No tornado here (the handlers are thin): the registry reads the pools' state fil
 only those whose kernel belongs to this server (its kernel manager's ids, including kernels it had earlier: a
 killed kernel's pool must still be cleaned up), marks a pool whose kernel died as stale, cleans a stale pool up
 after a grace period (its SLURM job cancelled, its recorded processes killed, its files removed), and passes
-interrupt / restart / stop to the kernel that owns a live pool. It can only ask a kernel for those three actions;
-it never runs code anywhere. A pool of another server (another notebook server of the same user) is never listed,
+interrupt / restart / stop / where to the kernel that owns a live pool. It can only ask a kernel for those actions; it
+never runs code anywhere. A pool of another server (another notebook server of the same user) is never listed,
 touched or stopped here.
 """
 
@@ -69,7 +69,8 @@ class PoolRegistry:
         raise UnknownPool(pool_id)
 
     def act(self, pool_id: str, action: str, kernel_ids: Iterable[str]) -> str:
-        """Ask the pool's kernel to interrupt, restart or stop it; a stale pool can only be stopped (cleaned up).
+        """Ask the pool's kernel to interrupt, restart or stop it, or to say where its ranks are (state.ACTIONS); a
+        stale pool can only be stopped (cleaned up).
 
         Returns what was done: "requested" (the kernel will carry it out within about a second) or "cleaned".
         Raises UnknownPool, or ValueError for an unknown action or one a stale pool cannot take.
@@ -123,6 +124,7 @@ def describe(
     """What the sidebar shows of one pool: its state file's fields plus ages, the notebook, and rank states."""
     stale = bool(data.get("stale"))
     started = float(data.get("started") or now)
+    engines_started = float(data.get("engines_started") or started)
     updated = float(data.get("updated") or now)
     ranks = []
     for r in data.get("ranks", []):
@@ -145,11 +147,16 @@ def describe(
         "backend": data.get("backend") or "",
         "hosts": data.get("hosts") or [],
         "started": started,
-        "uptime": round(now - started, 1),
+        "engines_started": engines_started,
+        "uptime": round(now - engines_started, 1),  # of the engines running now: a restart starts it again
         "updated_age": round(now - updated, 1),
         "cell": data.get("cell"),
         "ranks": ranks,
         "straggler": data.get("straggler"),
         "nonfinite": data.get("nonfinite"),
+        "where": data.get("where"),
         "problems": data.get("problems") or [],
+        "kept": data.get("kept") or [],
+        "snapshots": int(data.get("snapshots") or 0),
+        "kept_bytes": int(data.get("kept_bytes") or 0),
     }

@@ -91,6 +91,7 @@ describe('the plugin in JupyterLab', () => {
     await activate(app, restorer, palette);
     expect(restorer.add).toHaveBeenCalledWith(added[0].widget, 'jupyter-hvd-sidebar');
     expect(palette.addItem.mock.calls.map(c => c[0].command)).toEqual([
+      'jupyter-hvd:where',
       'jupyter-hvd:interrupt',
       'jupyter-hvd:restart',
       'jupyter-hvd:stop'

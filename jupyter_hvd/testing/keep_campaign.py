@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .testing import Kernel
+from .kernel import Kernel
 
 KINDS = ["crash_mid_cell", "crash_while_written", "crash_during_restore", "stop_during_restore", "replay_fails"]
 OBJECTS = ["model", "opt", "sched", "scaler", "sampler", "counter", "notes", "feed"]

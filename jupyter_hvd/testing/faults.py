@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -22,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from .testing import Kernel
+from .kernel import Kernel
 
 HEALTHY = "%%hvd\nprint('sum', hvd.allreduce(torch.tensor([rank + 1.0]), name='healthy', op=hvd.Sum).item())"
 
@@ -37,6 +38,24 @@ class Fault:
     signal_rank1: list[tuple[float, int]] = field(default_factory=list)  # (seconds after the start, signal)
     interrupt_after_s: float | None = None
     ok: bool = False  # the cell is expected to succeed (SIGSTOP then SIGCONT)
+
+
+HEALTHY_TORCH = "%%hvd\nx = torch.tensor([rank + 1.0])\ndist.all_reduce(x)\nprint('sum', x.item())"
+
+
+def torch_faults(rng: random.Random) -> dict[str, Fault]:
+    """The same faults in torch.distributed's collectives (a pool started with --torch-distributed): a collective
+    whose peer failed cannot be released there, so those end with a restart of the pool."""
+    drawn = faults(rng)
+    torch_cells = {}
+    for name, fault in drawn.items():
+        if name == "mismatched_names":  # torch's collectives have no names to mismatch
+            continue
+        cell = re.sub(r"hvd\.allreduce\((torch\.ones\(\d+\))[^)]*\)", r"dist.all_reduce(\1)", fault.cell)
+        torch_cells[name] = Fault(
+            cell, fault.expected, fault.bound_s + 10, fault.signal_rank1, fault.interrupt_after_s, fault.ok
+        )
+    return torch_cells
 
 
 def faults(rng: random.Random) -> dict[str, Fault]:
@@ -129,23 +148,27 @@ def engines_of(prefix: str) -> list[psutil.Process]:
     return found
 
 
-def campaign(cycles: int, seed: int, state_dir: Path) -> dict[str, Any]:
-    """Run `cycles` random faults on one pool; returns every outcome and the totals (hung, leaked, memory)."""
+def campaign(cycles: int, seed: int, state_dir: Path, torch_distributed: bool = False) -> dict[str, Any]:
+    """Run `cycles` random faults on one pool (in torch.distributed's collectives with `torch_distributed`); returns
+    every outcome and the totals (hung, leaked, memory)."""
     rng = random.Random(seed)
     k = Kernel()
     prefix = f"hvd-{k.pid}-"
     outcomes: list[Outcome] = []
     kernel = psutil.Process(k.pid)
+    healthy = HEALTHY_TORCH if torch_distributed else HEALTHY
     try:
-        r = k.run("%load_ext jupyter_hvd\n%hvd_start -np 2 --timeout 10", timeout=120)
+        start = "%hvd_start -np 2 --timeout 10" + (" --torch-distributed" if torch_distributed else "")
+        r = k.run(f"%load_ext jupyter_hvd\n{start}", timeout=120)
         if r.status != "ok":
             raise RuntimeError(r.error_text + r.stderr)
-        k.run(HEALTHY, timeout=60)
+        k.run(healthy, timeout=60)
         rss_start = kernel.memory_info().rss
         for cycle in range(cycles):
-            drawn = faults(rng)
-            name = rng.choice(sorted(drawn))
-            outcomes.append(_cycle(k, cycle, name, drawn[name], state_dir, prefix))
+            drawn = torch_faults(rng) if torch_distributed else faults(rng)
+            kinds = sorted(drawn)
+            name = kinds[cycle] if cycle < len(kinds) else rng.choice(kinds)  # every kind once, then at random
+            outcomes.append(_cycle(k, cycle, name, drawn[name], state_dir, prefix, healthy))
         rss_end = kernel.memory_info().rss
         k.run("%hvd_stop", timeout=60)
     finally:
@@ -172,7 +195,7 @@ def campaign(cycles: int, seed: int, state_dir: Path) -> dict[str, Any]:
     }
 
 
-def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, state_dir: Path, prefix: str) -> Outcome:
+def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, state_dir: Path, prefix: str, healthy: str) -> Outcome:
     def inject(_res: Any) -> None:
         def later() -> None:
             t0 = time.monotonic()
@@ -204,14 +227,9 @@ def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, state_dir: Path, pref
         expected = res.status == "ok"
     else:
         expected = res.status == "error" and fault.expected in text
-    healthy = k.run(HEALTHY, timeout=60)
-    return Outcome(
-        cycle,
-        name,
-        took,
-        took <= fault.bound_s,
-        expected,
-        healthy.status == "ok" and "sum 3.0" in healthy.stdout,
-        len(engines_of(prefix)),
-        "" if expected else text[-600:],
-    )
+    after = k.run(healthy, timeout=60)
+    next_ok = after.status == "ok" and "sum 3.0" in after.stdout
+    detail = "" if expected else text[-600:]
+    if not next_ok:  # what the fault's cell said (a restart that failed says why there), then the next cell
+        detail = f"{text[-600:]}\n-- the next cell:\n{(after.error_text + after.stderr)[-400:]}"
+    return Outcome(cycle, name, took, took <= fault.bound_s, expected, next_ok, len(engines_of(prefix)), detail)

@@ -1,0 +1,156 @@
+"""One owner of a pool's life: it starts, restarts (when a cell lost the pool, or when asked), starts a stopped pool
+again, and stops, and carries out the sidebar's Restart and Stop. The magics, a cell that lost its pool and the
+pool's watcher all come here; the pool (kernel/pool.py) knows how to start and end processes, restart.py what
+comes back after a restart, cell.py how a cell runs.
+
+Runs in the user's kernel, on its main thread (the watcher hands the sidebar's actions to the main loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import sys
+import time
+from typing import Any
+
+from . import restart as coming_back
+from .cell import CellOptions, CellRun
+from .errors import CellFailed
+from .options import HvdPool
+from .pool import Pool, current, set_current
+from .watcher import PoolWatcher
+
+log = logging.getLogger("jupyter_hvd")
+
+
+def start(options: HvdPool) -> Pool:
+    """A new pool with `options`: its engines started and Horovod initialised, its watcher running; the kernel's
+    pool from now on."""
+    pool = Pool.start(options)
+    _watch(pool)
+    set_current(pool)
+    return pool
+
+
+def _watch(pool: Pool) -> None:
+    pool.watcher = PoolWatcher(pool, act=lambda action: act(pool, action))
+    pool.file.poke = pool.watcher.poke
+    pool.watcher.start()
+
+
+def restart(pool: Pool, planned: bool = True, fresh: bool = False) -> tuple[Pool, str]:
+    """Fresh engines with the same options, the setup journal replayed and the kept names restored; with `fresh`
+    nothing comes back (the journal and the kept names are forgotten). A stopped pool (a failed restart) is started
+    anew. Returns the running pool and what came back, in words. PoolError: the restart failed (the pool is stopped);
+    KeyboardInterrupt: the user stopped it (Pool.interrupted_restart says where)."""
+    if fresh:
+        pool.keeper.clear()
+        shutil.rmtree(pool.kept_dir, ignore_errors=True)
+        shutil.rmtree(pool.pushed_dir, ignore_errors=True)
+    if pool.stopped:
+        old = pool
+        pool = start(old.options)
+        pool.keeper = old.keeper  # what the old pool kept comes back on the new one
+        for old_dir, new_dir in ((old.kept_dir, pool.kept_dir), (old.pushed_dir, pool.pushed_dir)):
+            if old_dir.is_dir():
+                shutil.copytree(old_dir, new_dir, dirs_exist_ok=True)
+        shutil.rmtree(old.directory, ignore_errors=True)
+    else:
+        pool.replace_engines(planned)
+    with pool.lock:
+        return pool, coming_back.bring_back(pool)
+
+
+def run_cell(pool: Pool, source: str, options: CellOptions) -> Any:
+    """Run a `%%hvd` cell on every rank (kernel/cell.py). A pool the cell lost is restarted, and the cell's error
+    says what came back; a sidebar Restart or Stop asked for while the cell ran is carried out after it."""
+    try:
+        return CellRun(pool, source, options).run()
+    except CellFailed as failed:
+        if failed.lost is None:
+            raise
+        said = after_loss(pool, failed.lost.message)
+        raise CellFailed(f"{failed.message}\n\n{said}" if failed.message else said, "", failed.interrupted) from None
+    finally:
+        said = _carry_out_pending(pool)
+        if said:
+            print(f"jupyter-hvd: {said}", file=sys.stderr, flush=True)
+
+
+def after_loss(pool: Pool, what: str) -> str:
+    """Restart a pool that was lost (`what` happened: an engine died, ranks could not be released); what the user
+    reads about it."""
+    # The whole story is told once, under the cell when the restart is done; here only what is happening.
+    headline = re.split(r"[:.(]\s", what, maxsplit=1)[0][:120]
+    print(f"jupyter-hvd: {headline}: restarting the pool with the same options...", file=sys.stderr, flush=True)
+    if pool.pending_action == "restart":
+        pool.pending_action = None  # this is that restart
+    t0 = time.monotonic()
+    what = f"{what[0].upper()}{what[1:]}"
+    try:
+        _, came_back = restart(pool, planned=False)
+    except KeyboardInterrupt:
+        return f"{what}. {pool.interrupted_restart()}"
+    return f"{what}. The pool was restarted in {time.monotonic() - t0:.1f} s: {came_back}."
+
+
+def _carry_out_pending(pool: Pool) -> str:
+    """A Restart or Stop from the sidebar that waited for the running cell (or restart); what was done, in words."""
+    action, pool.pending_action = pool.pending_action, None
+    if action == "restart" and not pool.stopped:
+        t0 = time.monotonic()
+        try:
+            _, came_back = restart(pool)
+        except KeyboardInterrupt:
+            return pool.interrupted_restart()
+        return f"the pool was restarted from the sidebar in {time.monotonic() - t0:.1f} s: {came_back}."
+    if action == "stop":
+        stop(pool, "the pool was stopped from the sidebar")
+        return "the pool was stopped from the sidebar; start a new one with %hvd_start -np N."
+    return ""
+
+
+def act(pool: Pool, action: str) -> None:
+    """The sidebar's Restart or Stop between cells (on the kernel's main loop): said under the next cell."""
+    if pool.busy_cell is not None:  # a cell started in between: it carries the action out when it ends
+        pool.pending_action = action
+        pool.interrupt([r.rank for r in pool.ranks])
+        return
+    at = time.strftime("%H:%M:%S")
+    if action == "restart":
+        t0 = time.monotonic()
+        try:
+            _, came_back = restart(pool)
+            pool.announcements.append(
+                f"the pool was restarted from the sidebar at {at}, in {time.monotonic() - t0:.1f} s: {came_back}."
+            )
+        except KeyboardInterrupt:  # the stop button, pressed while it ran between cells
+            pool.announcements.append(
+                f"the restart from the sidebar at {at} was interrupted. {pool.interrupted_restart()}"
+            )
+        except Exception as exc:  # on the main loop nobody would see it: log it, keep it for %hvd_status
+            log.exception("jupyter-hvd: the restart asked for from the sidebar failed")
+            pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")
+            pool.announcements.append(f"the restart from the sidebar at {at} failed: {exc}")
+        said = _carry_out_pending(pool)  # a Stop pressed while that restart ran
+        if said:
+            pool.announcements.append(said)
+    elif action == "stop":
+        stop(pool, f"the pool was stopped from the sidebar at {at}")
+
+
+def stop(pool: Pool, why: str = "") -> None:
+    """Stop the pool's engines, mpiexec and controller; no process is left. `why`: said when the notebook next asks
+    for a pool, where it ended outside any cell."""
+    pool.stop()
+    if why:
+        pool.said_goodbye(why)
+
+
+def stop_at_exit() -> None:
+    """Stop the kernel's pool when the kernel shuts down (a killed kernel is covered by the pool's reaper)."""
+    pool = current()
+    if pool is not None:
+        pool.stop()

@@ -1,0 +1,186 @@
+"""Drive a real IPython kernel from Python: run cells, collect what they send, time them.
+
+The one collector of kernel messages of the test suite and the benchmarks (a jupyter_client kernel, as a notebook
+front end would use it). Times are wall-clock (time.time()), so they compare with time stamps printed on the ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = tuple[float, dict[str, Any]]  # (arrival, a Jupyter message)
+
+
+@dataclass
+class CellResult:
+    """What a real kernel sent back for one cell: status, every IOPub message with its arrival time, and views of
+    them (stream text, errors, displays, the live view's updates)."""
+
+    status: str
+    messages: list[Message] = field(default_factory=list)  # every IOPub message of the cell, in order
+    prompts: list[str] = field(default_factory=list)  # input requests the cell made, in order
+    started: float = 0.0
+    finished: float = 0.0
+
+    def of(self, kind: str) -> list[Message]:
+        """The messages of one type ("stream", "comm_msg", "display_data", ...)."""
+        return [(t, m) for t, m in self.messages if m["msg_type"] == kind]
+
+    @property
+    def streams(self) -> list[tuple[float, str, str]]:
+        """(arrival, "stdout" or "stderr", text) of every stream message."""
+        return [(t, m["content"]["name"], m["content"]["text"]) for t, m in self.of("stream")]
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        """The cell's error message's content (the last one), or None."""
+        errors = self.of("error")
+        return errors[-1][1]["content"] if errors else None
+
+    @property
+    def outputs(self) -> list[dict[str, Any]]:
+        """The contents of display_data and execute_result messages."""
+        return [m["content"] for _, m in self.messages if m["msg_type"] in ("display_data", "execute_result")]
+
+    @property
+    def stdout(self) -> str:
+        return "".join(t for _, n, t in self.streams if n == "stdout")
+
+    @property
+    def stderr(self) -> str:
+        return "".join(t for _, n, t in self.streams if n == "stderr")
+
+    @property
+    def error_text(self) -> str:
+        return "\n".join(self.error["traceback"]) if self.error else ""
+
+    def check(self) -> CellResult:
+        """This result, or AssertionError with the traceback where the cell raised."""
+        assert self.error is None, self.error_text
+        return self
+
+    @property
+    def updates(self) -> list[tuple[float, dict[str, Any], list[Any]]]:
+        """(arrival, content, buffers) of the live view's update messages (widgets/live_view.py)."""
+        out = []
+        for t, m in self.of("comm_msg"):
+            data = m["content"]["data"]
+            if data.get("method") == "custom" and data["content"].get("type") == "update":
+                out.append((t, data["content"], m.get("buffers") or []))
+        return out
+
+    def points(self, name: str) -> tuple[list[float], list[float]]:
+        """The x and y values the live view drew for the curve `name`, across its updates."""
+        xs: list[float] = []
+        ys: list[float] = []
+        for _, content, buffers in self.updates:
+            for k, curve in enumerate(content["curves"]):
+                if curve["name"] != name:
+                    continue
+                if curve["reset"]:
+                    xs, ys = [], []
+                xs += array("d", bytes(buffers[2 * k]))
+                ys += array("d", bytes(buffers[2 * k + 1]))
+        return xs, ys
+
+    def shown_text(self) -> list[tuple[float, str]]:
+        """(arrival, text) of what the notebook shows as text: streams, text displays (%%px --stream re-sends its
+        output as one), and the live view's log lines."""
+        out: list[tuple[float, str]] = []
+        for t, m in self.messages:
+            kind = m["msg_type"]
+            if kind == "stream":
+                out.append((t, m["content"]["text"]))
+            elif kind in ("display_data", "update_display_data"):
+                out.append((t, m["content"]["data"].get("text/plain", "")))
+        for t, content, _ in self.updates:
+            out += [(t, text) for text, _ in (content.get("log") or {}).get("append", [])]
+        return sorted(out, key=lambda item: item[0])
+
+
+class Kernel:
+    """A real IPython kernel (jupyter_client) with helpers to run a cell and collect what it sends."""
+
+    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+        from jupyter_client.manager import KernelManager
+
+        env = {**os.environ, **(extra_env or {})}
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(env=env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        self.pid: int = self.km.provisioner.process.pid  # type: ignore[union-attr]
+
+    def run(
+        self,
+        code: str,
+        timeout: float = 120.0,
+        on_start: Any = None,
+        cell_id: str | None = None,
+        inputs: list[str] | Callable[[str], str | None] | None = None,
+        unparented_streams: bool = False,
+    ) -> CellResult:
+        """Execute `code`, collect iopub until idle; `on_start(result)` runs once the cell is sent.
+
+        `cell_id`: sent as the notebook cell's id, as JupyterLab, Notebook 7 and VS Code send it.
+        `inputs`: what the user types into the input box, one answer per input request, in order, or a function of
+        the prompt that returns the answer (None: no answer, e.g. it pressed the stop button instead); the prompts
+        are kept in the result. Without it the front end takes no input, as nbclient.
+        """
+        answers = inputs if callable(inputs) else list(inputs) if inputs is not None else None
+        if cell_id is None and answers is None:
+            msg_id = self.kc.execute(code)
+        else:
+            content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}}
+            content.update(allow_stdin=answers is not None, stop_on_error=True)
+            msg = self.kc.session.msg("execute_request", content, metadata={"cellId": cell_id} if cell_id else {})
+            self.kc.shell_channel.send(msg)
+            msg_id = msg["header"]["msg_id"]
+        res = CellResult(status="?", started=time.time())
+        if on_start is not None:
+            on_start(res)
+        deadline = time.time() + timeout
+        while True:
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                raise TimeoutError(f"cell did not finish within {timeout} s: {code[:80]!r}")
+            if answers is not None:
+                try:
+                    request = self.kc.get_stdin_msg(timeout=0)
+                except queue.Empty:
+                    request = None
+                if request is not None and request["msg_type"] == "input_request":
+                    res.prompts.append(request["content"]["prompt"])
+                    text = answers(res.prompts[-1]) if callable(answers) else answers.pop(0) if answers else ""
+                    if text is not None:
+                        self.kc.input(text)
+            try:
+                msg = self.kc.get_iopub_msg(timeout=min(remaining, 0.05 if answers is not None else 1.0))
+            except queue.Empty:
+                continue
+            arrived = time.time()
+            parent = msg["parent_header"].get("msg_id")
+            if parent != msg_id and not (unparented_streams and parent is None and msg["msg_type"] == "stream"):
+                continue
+            res.messages.append((arrived, msg))
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        # The reply to this cell: wait_for_ready() sends kernel_info requests until one is answered, and the
+        # answers to the others still wait on the shell channel; taking the first reply shifted every status by one.
+        reply = self.kc.get_shell_msg(timeout=10)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = self.kc.get_shell_msg(timeout=10)
+        res.status = reply["content"]["status"]
+        res.finished = time.time()
+        return res
+
+    def shutdown(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=False)

@@ -1,0 +1,302 @@
+"""The failures module's detectors, and a cell's wait and wind-down (kernel/cell.py) driven through a fake channel.
+
+Pure logic: the engines are replaced by a script of the events real engines send (wire.py). The same paths on real
+pools are in test_never_hangs.py, test_faults.py and test_failure_paths.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from jupyter_hvd import wire
+from jupyter_hvd.kernel import failures
+from jupyter_hvd.kernel.cell import CellOptions, CellRun
+from jupyter_hvd.kernel.errors import CellFailed
+from jupyter_hvd.kernel.failures import Done, Wait
+
+# ---- the detectors -----------------------------------------------------------------------------------------------
+
+
+def test_uneven_collectives_are_named_once_the_finished_rank_has_waited_long_enough():
+    waits = [Wait(1, "u.8", 9, since=100.0)]
+    finished = [Done(0, at=100.0, collectives=8)]
+    assert failures.unmatched([1], waits, finished, now=100.0 + failures.UNEVEN_S - 0.1) is None
+    found = failures.unmatched([1], waits, finished, now=100.0 + failures.UNEVEN_S + 0.1)
+    assert found is not None and found.kind == "uneven" and not found.restarts
+    assert "the cell finished on rank 0 after 8 collectives, while rank 1 waits in 'u.8' (its collective #9)" in (
+        found.message
+    )
+    assert "hvd.join()" in found.message
+
+
+def test_ranks_waiting_on_different_tensors_need_a_restart_and_torch_names_get_torchs_remedy():
+    waits = [Wait(0, "dist.all_reduce", 3, since=10.0), Wait(1, "dist.broadcast", 3, since=10.0)]
+    assert failures.unmatched([0, 1], waits, [], now=10.0 + failures.MISMATCH_S - 0.1) is None
+    found = failures.unmatched([0, 1], waits, [], now=10.0 + failures.MISMATCH_S + 0.1)
+    assert found is not None and found.kind == "mismatch" and found.restarts
+    assert "Join([model])" in found.message and "hvd.join()" not in found.message
+
+
+def test_a_rank_that_is_not_waiting_leaves_the_collectives_alone():
+    assert failures.unmatched([0, 1], [Wait(0, "a", 1, since=0.0)], [], now=100.0) is None
+
+
+def test_a_frozen_rank_gets_the_pools_timeout_unless_the_cell_is_ending():
+    assert failures.frozen({1: 50.0}, {1: 4242}, timeout=30, ending=False, now=60.0) is None
+    found = failures.frozen({1: 50.0}, {1: 4242}, timeout=30, ending=True, now=60.0)
+    assert found is not None and found.restarts and found.ranks == (1,)
+    assert found.message == "rank 1 (pid 4242) is frozen (stopped by SIGSTOP or Ctrl-Z) during the wind-down"
+
+
+def test_torch_collectives_are_unreleasable_only_after_the_grace():
+    signaled = {0: (10.0, Wait(0, "DDP.allreduce", 4, since=9.0))}
+    assert failures.unreleasable(signaled, now=10.0 + failures.TORCH_RELEASE_S - 0.1) is None
+    found = failures.unreleasable(signaled, now=10.0 + failures.TORCH_RELEASE_S + 0.1)
+    assert found is not None and found.restarts and "rank 0 waits in 'DDP.allreduce'" in found.message
+
+
+def test_a_join_with_operations_in_flight_is_unclean():
+    assert failures.unclean_join(0, ok=True, in_flight=0, error_name=None) is None
+    found = failures.unclean_join(1, ok=True, in_flight=3, error_name=None)
+    assert found is not None and found.restarts and "3 Horovod operations in flight" in found.message
+
+
+def test_horovods_stall_report_names_who_waits_on_what():
+    report = (
+        "[2026-11-27 10:00:00.000] One or more tensors were submitted to be reduced ...\n"
+        "Missing ranks:\n0: [grad.1, grad.2]\n"
+    )
+    assert failures.stalled(report, [0, 1]) == {1: "grad.1, grad.2"}
+
+
+def test_what_follows_from_the_wind_down_is_not_a_second_error():
+    assert failures.is_consequence("KeyboardInterrupt", "")
+    assert failures.is_consequence("HorovodInternalError", "Join op was called")
+    assert not failures.is_consequence("ValueError", "boom")
+
+
+# ---- a cell's wait and wind-down, through a fake channel ---------------------------------------------------------
+
+
+class FakeChannel:
+    """The kernel's end of the cell channel, with engines played by `engine(channel, rank, request)`."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.events: deque[wire.Event] = deque()
+        self.sent: list[tuple[int, Any]] = []
+        self.problems: list[Any] = []
+        self.between: list[Any] = []
+        self.lock = threading.Lock()
+
+    def drain(self) -> None:
+        pass
+
+    def send(self, rank: int, request: Any) -> None:
+        self.sent.append((rank, request))
+        self.engine(self, rank, request)
+
+    def emit(self, event: wire.Event) -> None:
+        with self.lock:
+            self.events.append(event)
+
+    def receive(self, timeout: float) -> wire.Event | None:
+        with self.lock:
+            if self.events:
+                return self.events.popleft()
+        time.sleep(min(timeout, 0.01))
+        return None
+
+
+class FakeView:
+    def __init__(self) -> None:
+        self.closed_ok: bool | None = None
+
+    def output(self, rank: int, name: str, text: str) -> None:
+        pass
+
+    def metrics(self, rank: int, records: Any) -> None:
+        pass
+
+    def straggler(self, message: str | None) -> None:
+        pass
+
+    def tick(self) -> None:
+        pass
+
+    def close(self, ok: bool) -> None:
+        self.closed_ok = ok
+
+
+class FakePool:
+    """What CellRun reads and calls of a pool, with two ranks whose engines `engine` plays."""
+
+    def __init__(self, engine: Any, on_interrupt: Any = None) -> None:
+        self.channel = FakeChannel(engine)
+        self.ranks = [SimpleNamespace(rank=0, pid=100), SimpleNamespace(rank=1, pid=101)]
+        self.client = SimpleNamespace(ids=[0, 1])
+        self.options = SimpleNamespace(timeout=30.0, fail_timeout=10.0)
+        self.file = SimpleNamespace(
+            nonfinite=None, straggler=None, start_of_cell=lambda: None, end_of_cell=lambda: None
+        )
+        self.keeper = SimpleNamespace(snapshots=SimpleNamespace(news=[]))
+        self.lock = threading.RLock()
+        self.stopped = False
+        self.torch_distributed = False
+        self.where_asked = None
+        self.announcements: list[str] = []
+        self.pending_action: str | None = None
+        self.newest_problem_shown = None
+        self.cells_run = 0
+        self.last_failed: list[int] = []
+        self.interrupted: list[int] = []
+        self.dead: list[int] = []
+        self._on_interrupt = on_interrupt
+
+    def set_state(self, pool_state: str, cell: str | None = None, publish: bool = True) -> None:
+        self.state = pool_state
+
+    def update_rank_stats(self, stats: dict[int, dict[str, Any]], publish: bool = True) -> None:
+        pass
+
+    def publish(self) -> None:
+        pass
+
+    def engine_ids(self) -> list[int]:
+        return [0, 1]
+
+    def frozen_ranks(self) -> list[int]:
+        return []
+
+    def dead_ranks(self) -> list[int]:
+        return self.dead
+
+    def mpiexec_alive(self) -> bool:
+        return not self.dead
+
+    def death_report(self) -> str:
+        return "rank 1 (pid 101) died on signal 9 (Killed)"
+
+    def interrupt(self, ranks: list[int]) -> None:
+        self.interrupted += ranks
+        if self._on_interrupt is not None:
+            self._on_interrupt(self.channel, ranks)
+
+
+def ended(rank: int, cell: int, ok: bool = True, ename: str = "", collectives: int = 0) -> wire.CellEnded:
+    error = None if ok else wire.ErrorInfo(ename=ename, evalue="boom" if ename == "ValueError" else "", traceback="")
+    return wire.CellEnded(rank, cell, wire.CellRecord(rank=rank, ok=ok, error=error, collectives=collectives))
+
+
+def waiting(rank: int, cell: int, name: str, number: int) -> wire.Waiting:
+    return wire.Waiting(rank, cell, {"name": name, "number": number, "waited": 0.0})
+
+
+def run(pool: FakePool) -> CellFailed:
+    cell = CellRun(pool, "pass", CellOptions(view=FakeView(), record=False))  # type: ignore[arg-type]
+    with pytest.raises(CellFailed) as failed:
+        cell.run()
+    return failed.value
+
+
+def test_a_raise_on_one_rank_releases_the_rank_left_waiting_and_keeps_the_pool():
+    done: set[int] = set()
+
+    def engine(channel: FakeChannel, rank: int, request: Any) -> None:
+        if isinstance(request, wire.RunCell) and rank == 1:
+            done.add(1)
+            channel.emit(ended(1, request.cell, ok=False, ename="ValueError"))
+        elif isinstance(request, wire.RunCell):
+            channel.emit(waiting(0, request.cell, "grad", 3))
+        elif isinstance(request, wire.Join) and rank in done:
+            channel.emit(wire.Joined(rank, request.cell, True))
+
+    def on_interrupt(channel: FakeChannel, ranks: list[int]) -> None:  # the SIGINT ends rank 0's wait
+        for rank in ranks:
+            done.add(rank)
+            cell = next(r.cell for _, r in channel.sent if isinstance(r, wire.RunCell))
+            channel.emit(ended(rank, cell, ok=False, ename="KeyboardInterrupt"))
+            channel.emit(wire.Joined(rank, cell, True))
+
+    pool = FakePool(engine, on_interrupt)
+    failed = run(pool)
+    assert failed.lost is None and "ready for the next %%hvd cell" in failed.hint
+    assert "rank 1: ValueError: boom" in failed.message
+    assert "rank 0 was still running after the error" in failed.message
+    assert pool.interrupted == [0]  # after the grace, only the rank that did not end by itself
+    assert {rank for rank, r in pool.channel.sent if isinstance(r, wire.Join)} == {0, 1}
+
+
+def test_uneven_collectives_end_the_cell_with_the_remedy(monkeypatch):
+    monkeypatch.setattr(failures, "UNEVEN_S", 0.2)
+
+    def engine(channel: FakeChannel, rank: int, request: Any) -> None:
+        if isinstance(request, wire.RunCell):
+            if rank == 0:
+                channel.emit(ended(0, request.cell, collectives=8))
+            else:
+                channel.emit(waiting(1, request.cell, "u.8", 9))
+        elif isinstance(request, wire.Join) and rank == 0:
+            channel.emit(wire.Joined(0, request.cell, True))
+
+    def on_interrupt(channel: FakeChannel, ranks: list[int]) -> None:
+        cell = next(r.cell for _, r in channel.sent if isinstance(r, wire.RunCell))
+        for rank in ranks:
+            channel.emit(ended(rank, cell, ok=False, ename="KeyboardInterrupt"))
+            channel.emit(wire.Joined(rank, cell, True))
+
+    failed = run(FakePool(engine, on_interrupt))
+    assert failed.lost is None
+    assert failed.message.startswith(
+        "Collectives did not match: the cell finished on rank 0 after 8 collectives, while rank 1 waits in 'u.8'"
+    )
+    assert failures.HOROVOD_ADVICE in failed.message
+
+
+def test_a_dead_engine_loses_the_pool_and_the_caller_is_told_why(monkeypatch):
+    pool: FakePool
+
+    def engine(channel: FakeChannel, rank: int, request: Any) -> None:
+        if isinstance(request, wire.RunCell) and rank == 1:
+            pool.dead = [1]  # its process is gone: no end will come from it
+        elif isinstance(request, wire.RunCell):
+            channel.emit(waiting(0, request.cell, "grad", 3))
+
+    pool = FakePool(engine)
+    failed = run(pool)
+    assert failed.lost is not None and failed.lost.kind == "dead" and failed.lost.restarts
+    assert failed.lost.message == "rank 1 (pid 101) died on signal 9 (Killed)"
+    assert failed.hint == ""  # the restart (kernel/lifecycle.py) says what to do next
+
+
+def test_ranks_waiting_on_different_tensors_lose_the_pool(monkeypatch):
+    monkeypatch.setattr(failures, "MISMATCH_S", 0.2)
+
+    def engine(channel: FakeChannel, rank: int, request: Any) -> None:
+        if isinstance(request, wire.RunCell):
+            channel.emit(waiting(rank, request.cell, f"name.{rank}", 1))
+
+    failed = run(FakePool(engine))
+    assert failed.lost is not None and failed.lost.kind == "mismatch"
+    assert "rank 0 waits in 'name.0' (its collective #1); rank 1 waits in 'name.1'" in failed.lost.message
+
+
+def test_ranks_that_raise_within_the_grace_are_not_interrupted_and_their_errors_are_shown_once():
+    def engine(channel: FakeChannel, rank: int, request: Any) -> None:
+        if isinstance(request, wire.RunCell):
+            # Rank 0 raises the same error a moment after rank 1: within the grace, by itself.
+            delay = 0.3 if rank == 0 else 0.0
+            threading.Timer(delay, channel.emit, (ended(rank, request.cell, ok=False, ename="ValueError"),)).start()
+        elif isinstance(request, wire.Join):
+            channel.emit(wire.Joined(rank, request.cell, True))
+
+    pool = FakePool(engine)
+    failed = run(pool)
+    assert pool.interrupted == []
+    assert failed.message.count("ValueError: boom") == 1 and "ranks 0-1: ValueError: boom" in failed.message
