@@ -33,6 +33,8 @@ BENCHES = [
     "fault_campaign.py",
     "live_view_overhead.py",
     "pace_overhead.py",
+    "idle_cpu.py",
+    "first_line.py",
     "process_sets.py",
     "start_torch.py",
 ]

@@ -120,36 +120,67 @@ QUERIES = (
     "horovod_cross_rank",
     "horovod_cross_size",
     "horovod_is_initialized",
+    "horovod_is_homogeneous",
+    "horovod_mpi_threads_supported",
 )
+# The same for each process set, by its id (hvd.global_process_set.size(), a ProcessSet's rank()).
+PROCESS_SET_QUERIES = ("horovod_process_set_rank", "horovod_process_set_size")
+
+
+def _plain(value: Any) -> Any:
+    """A ctypes argument as a dict key (c_int(3) -> 3)."""
+    return getattr(value, "value", value)
 
 
 class _Answering:
-    """Horovod's ctypes library, with QUERIES answered by `answer(name)` where it returns a value."""
+    """Horovod's ctypes library, with QUERIES answered by `answer(name, args)` where it returns a value."""
 
-    def __init__(self, library: Any, answer: Callable[[str], Any]) -> None:
+    def __init__(self, library: Any, answer: Callable[[str, tuple[Any, ...]], Any]) -> None:
         self._library = library
         self._answer = answer
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(self._library, name)
-        if name not in QUERIES:
+        if name not in QUERIES and name not in PROCESS_SET_QUERIES:
             return real
 
         def query(*args: Any) -> Any:
-            value = self._answer(name)
+            value = self._answer(name, tuple(_plain(a) for a in args))
             return real(*args) if value is None else value
 
         return query
 
 
-def answer_queries(answer: Callable[[str], Any]) -> None:
-    """Have hvd.rank(), hvd.size() and the other QUERIES answered by `answer(name)` where it returns a value (None:
-    Horovod answers). Idempotent."""
+def answer_queries(answer: Callable[[str, tuple[Any, ...]], Any]) -> None:
+    """Have hvd.rank(), hvd.size(), the process sets' rank() and size() and the other queries answered by
+    `answer(name, args)` where it returns a value (None: Horovod answers). Idempotent."""
     basics = getattr(_mpi_ops(), "_basics", None)
     if basics is None or not hasattr(basics, "MPI_LIB_CTYPES"):
         raise _missing("mpi_ops._basics.MPI_LIB_CTYPES", "answer rank and size while Horovod rests")
     if not isinstance(basics.MPI_LIB_CTYPES, _Answering):
         basics.MPI_LIB_CTYPES = _Answering(basics.MPI_LIB_CTYPES, answer)
+
+
+def query_answers() -> dict[Any, Any]:
+    """What Horovod answers now to the queries `answer_queries` can take over: name -> value, and (name, process set
+    id) -> value for each registered process set (Horovod must be running; where another rank has stopped it already,
+    the process sets are left out)."""
+    import ctypes
+
+    basics = getattr(_mpi_ops(), "_basics", None)
+    library = getattr(basics, "MPI_LIB_CTYPES", None)
+    ids = getattr(basics, "_get_process_set_ids_and_ranks", None)
+    if library is None or ids is None:
+        raise _missing("mpi_ops._basics._get_process_set_ids_and_ranks", "answer queries while Horovod rests")
+    answers: dict[Any, Any] = {name: getattr(library, name)() for name in QUERIES}
+    try:
+        registered = ids()
+    except ValueError:  # its table of process sets is gone with the stop
+        return answers
+    for process_set in registered:
+        for name in PROCESS_SET_QUERIES:
+            answers[(name, process_set)] = getattr(library, name)(ctypes.c_int(process_set))
+    return answers
 
 
 def wrap_public(names: tuple[str, ...], wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:

@@ -404,8 +404,9 @@ def call(entry: str, *args: Any) -> Any:
 
 # Horovod 0.28.1 cannot be initialised again once one of these fixed a tuning parameter: the first hvd.init() drops
 # the parameter from its tuning vector, the second writes to the old index (parameter_manager.cc) and the rank
-# died with SIGSEGV in 3 of 4 tries. Dynamic process sets would be forgotten by a restart.
-NO_REST = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_AUTOTUNE", "HOROVOD_DYNAMIC_PROCESS_SETS")
+# died with SIGSEGV in 3 of 4 tries. (Dynamic process sets do not keep a pool awake: each start registers again those
+# that cells added, engine/idle.py.)
+NO_REST = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_AUTOTUNE")
 
 
 def can_rest(env: Mapping[str, str]) -> bool:

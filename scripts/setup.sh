@@ -46,8 +46,12 @@ pip install -r requirements.txt
 FLAGS="HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1"
 if [ -n "$TORCH_CUDA" ]; then
   FLAGS="$FLAGS HOROVOD_GPU_OPERATIONS=NCCL"
-  # Build for the GPUs present (e.g. 90 for an H100): Horovod's default list does not reach recent ones.
+  # Build for the GPUs present (e.g. 90 for an H100): Horovod's default list does not reach recent ones, and CUDA 13
+  # no longer compiles for the oldest ones in it. nvidia-smi says it; drivers too old for that query leave it to torch.
   CC_LIST=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d '.' | sort -u | paste -sd, -)
+  case "$CC_LIST" in *[!0-9,]*|"") CC_LIST=$("$VENV/bin/python" -c 'import torch
+print(",".join(sorted({"%d%d" % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})))' \
+    2>/dev/null || true);; esac
   [ -n "$CC_LIST" ] && FLAGS="$FLAGS HOROVOD_BUILD_CUDA_CC_LIST=$CC_LIST"
 fi
 KEY=$(printf '%s|%s|%s' "$TORCH_VERSION" "$FLAGS" "$("$VENV/bin/python" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-12)
@@ -57,10 +61,19 @@ build_horovod() {
   log "building Horovod 0.28.1 for torch $TORCH_VERSION (one time, about 6 minutes on 2 cores)"
   mkdir -p "$CACHE/build-$KEY"
   # Horovod 0.28.1 forces C++14 and strips -std= from CXXFLAGS, while torch >= 2.1 needs C++17; and GCC 13's headers
-  # no longer bring <string> and <stdexcept> in where two of Horovod's headers rely on it. A wrapper fixes both
-  # (harmless with GCC 12).
+  # no longer bring <string> and <stdexcept> in where two of Horovod's headers rely on it. A wrapper fixes both for
+  # Horovod's C++ (harmless with GCC 12). nvcc runs it as its host compiler too (CMAKE_CUDA_HOST_COMPILER): those
+  # calls pass through as they are, since nvcc's front end parses what they preprocess in its own -std, and their last
+  # step compiles code that has every header in already (a second <string> there is a redefinition).
   WRAP=$CACHE/build-$KEY/cxx17
-  printf '#!/bin/sh\nfor a; do shift; case "$a" in -std=c++11|-std=c++14) a=-std=c++17;; esac; set -- "$@" "$a"; done\ncase " $* " in *" -c "*) set -- -include string -include stdexcept "$@";; esac\nexec g++ "$@"\n' >"$WRAP"
+  REAL_CXX=$(command -v "${CXX:-g++}" || echo "${CXX:-g++}")
+  cat >"$WRAP" <<EOF
+#!/bin/sh
+case " \$* " in *__CUDACC__*|*__CUDA_ARCH_LIST__*|*".cudafe1.cpp "*) exec "$REAL_CXX" "\$@";; esac
+for a; do shift; case "\$a" in -std=c++11|-std=c++14) a=-std=c++17;; esac; set -- "\$@" "\$a"; done
+case " \$* " in *" -c "*) set -- -include string -include stdexcept "\$@";; esac
+exec "$REAL_CXX" "\$@"
+EOF
   chmod +x "$WRAP"
   if [ -n "$TORCH_CUDA" ]; then
     NCCL=$("$VENV/bin/python" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)

@@ -63,6 +63,9 @@ def test_static_process_sets_and_the_environment_variable_way(k):
 
 
 def test_dynamic_process_sets_by_the_environment_variable(k):
+    # Without them, Horovod's own refusal, with what to type in a pool (a script sets the variable before hvd.init()).
+    r = k.run("%%hvd\nhvd.add_process_set([0])", timeout=120)
+    assert r.status == "error" and "call hvd.init(process_sets='dynamic') first" in r.error_text, r.error_text
     r = k.run(
         "%%hvd\nimport os\nos.environ['HOROVOD_DYNAMIC_PROCESS_SETS'] = '1'\nhvd.init()\n"
         "solo = hvd.add_process_set([0])\n"
@@ -120,3 +123,128 @@ def test_a_pasted_script_with_argparse_and_a_final_shutdown_runs(k):
     healthy(k)
     r = k.run("%%hvd\nimport sys, json\nprint(json.dumps(sys.argv))")
     assert json.loads(r.stdout.strip()) == ["cell"], r.stdout
+
+
+def rank_lines(stdout: str, word: str) -> dict[int, list[str]]:
+    """`word rank value...` lines printed by every rank (--ranks all), by rank."""
+    found = {}
+    for line in stdout.splitlines():
+        parts = line.split("] ", 1)[-1].split()
+        if parts and parts[0] == word:
+            found[int(parts[1])] = parts[2:]
+    return found
+
+
+def test_a_cell_that_only_waits_leaves_the_cores_alone(k):
+    # Horovod's background thread spins in MPI while it runs: where no rank used it for --rest-after seconds (2 on
+    # CPU ranks), it rests, also in the middle of a cell, and the cell's next collective starts it again.
+    r = k.run(
+        "%%hvd --ranks all\nimport time\nhvd.allreduce(torch.ones(4), name='before')\nload = []\n"
+        "for second in range(12):\n    c0, w0 = time.process_time(), time.monotonic()\n    time.sleep(1)\n"
+        "    load.append(round(100 * (time.process_time() - c0) / (time.monotonic() - w0)))\n"
+        "print('load', rank, *load)\n"
+        "print('sum', rank, hvd.allreduce(torch.ones(1), op=hvd.Sum, name='after').item())",
+        timeout=120,
+    )
+    assert r.status == "ok", r.error_text
+    load = rank_lines(r.stdout, "load")
+    assert sorted(load) == [0, 1], r.stdout
+    assert all(int(x) < 10 for seconds in load.values() for x in seconds[-4:]), r.stdout
+    assert rank_lines(r.stdout, "sum") == {0: ["2.0"], 1: ["2.0"]}, r.stdout
+
+
+def test_process_sets_come_back_after_an_idle_rest(k):
+    import psutil
+
+    r = k.run(
+        "%%hvd --ranks all\nimport os\nhvd.init(process_sets='dynamic')\nfirst = hvd.add_process_set([0])\n"
+        "second = hvd.add_process_set([1])\nhvd.remove_process_set(first)\nprint('pid', rank, os.getpid())",
+        timeout=120,
+    )
+    assert r.status == "ok", r.error_text
+    assert "it is given the same at every start after an idle rest" in r.stderr, r.stderr
+    ranks = [psutil.Process(int(pid)) for (pid,) in rank_lines(r.stdout, "pid").values()]
+    time.sleep(4)  # idle: Horovod rests between cells, also with process sets (an awake one spins: 50-100% a rank)
+    for p in ranks:
+        p.cpu_percent(None)
+    time.sleep(2)
+    assert max(p.cpu_percent(None) for p in ranks) < 10
+    # Registered again as they were: `second` works (Horovod numbered it anew), `first` stays removed.
+    r = k.run(
+        "%%hvd --ranks all\n"
+        "x = hvd.allreduce(torch.tensor([5.0]), op=hvd.Sum, process_set=second, name='s') if rank == 1 else None\n"
+        "print('sets', rank, x.item() if x is not None else '-', second.size(), second.included(), first.size())\n"
+        "first = hvd.add_process_set([0])\n"
+        "y = hvd.allreduce(torch.tensor([7.0]), op=hvd.Sum, process_set=first, name='f') if rank == 0 else None\n"
+        "print('again', rank, first.size(), y.item() if y is not None else '-')",
+        timeout=120,
+    )
+    assert r.status == "ok", r.error_text
+    assert rank_lines(r.stdout, "sets") == {0: ["-", "1", "False", "None"], 1: ["5.0", "1", "True", "None"]}
+    assert rank_lines(r.stdout, "again") == {0: ["1", "7.0"], 1: ["1", "-"]}, r.stdout
+    healthy(k)
+
+
+def test_settings_a_pool_cannot_take_are_named_and_the_pool_lives(k):
+    r = k.run(
+        "%%hvd\nimport os\nos.environ['HOROVOD_CPU_OPERATIONS'] = 'gloo'\nos.environ['HOROVOD_LOG_LEVEL'] = 'debug'\n"
+        "os.environ['HOROVOD_DISABLE_GROUP_FUSION'] = '1'\nhvd.init()\n"
+        "print('sum', hvd.allreduce(torch.ones(3), op=hvd.Sum, name='s').tolist())",
+        timeout=120,
+    )
+    assert r.status == "ok", r.error_text
+    said = r.stderr
+    assert "HOROVOD_CPU_OPERATIONS=gloo is not used: Gloo collectives crash" in said, said
+    assert "HOROVOD_LOG_LEVEL is read once per process" in said and "--env HOROVOD_LOG_LEVEL=" in said, said
+    assert "with HOROVOD_DISABLE_GROUP_FUSION=1" in said, said
+    assert "sum [2.0, 2.0, 2.0]" in r.stdout, r.stdout
+    r = k.run("%%hvd\nos.environ.pop('HOROVOD_DISABLE_GROUP_FUSION')\nhvd.init()", timeout=120)
+    assert r.status == "ok", r.error_text
+    assert "HOROVOD_DISABLE_GROUP_FUSION stays 1 until %hvd_restart" in r.stderr, r.stderr
+    healthy(k)
+
+
+def test_a_communicator_of_the_cell_stays_after_an_idle_rest(k):
+    r = k.run(
+        "%%hvd --ranks all\nfrom mpi4py import MPI\nalone = MPI.COMM_WORLD.Split(rank)\nhvd.init(comm=alone)\n"
+        "print('alone', rank, hvd.size(), hvd.allreduce(torch.tensor([rank + 1.0]), op=hvd.Sum, name='a').item())",
+        timeout=120,
+    )
+    assert r.status == "ok", r.error_text
+    assert rank_lines(r.stdout, "alone") == {0: ["1", "1.0"], 1: ["1", "2.0"]}, r.stdout
+    time.sleep(4)  # the pool rests; the next cell starts Horovod again, on the same communicator
+    r = k.run(
+        "%%hvd --ranks all\n"
+        "print('again', rank, hvd.size(), hvd.allreduce(torch.tensor([rank + 1.0]), op=hvd.Sum, name='a').item())",
+        timeout=120,
+    )
+    assert rank_lines(r.stdout, "again") == {0: ["1", "1.0"], 1: ["1", "2.0"]}, r.stdout + r.error_text
+    r = k.run("%%hvd\nhvd.init(comm=MPI.COMM_WORLD)", timeout=120)
+    assert r.status == "ok", r.error_text
+    healthy(k)
+
+
+def test_a_rank_that_wakes_horovod_alone_is_named_not_left_hanging(k):
+    # Rank 1 ends the cell; rank 0 waits long enough for Horovod to rest, then starts a collective that rank 1 will
+    # never join: starting Horovod again waits for rank 1 like the collective would, and the kernel names it.
+    r = k.run(
+        "%%hvd\nimport time\nhvd.allreduce(torch.ones(1), name='both')\n"
+        "if rank == 0:\n    time.sleep(5)\n    hvd.allreduce(torch.ones(1), name='alone')",
+        timeout=90,
+    )
+    assert r.status == "error", r.stdout
+    assert "Collectives did not match" in r.error_text, r.error_text
+    healthy(k)
+
+
+def test_the_stall_check_a_cell_sets_takes_effect(k):
+    # The pool starts with a 10 s stall check; the cell asks for 2 s, as a script would before hvd.init(), and
+    # Horovod's own warning names the tensor rank 1 keeps rank 0 waiting on.
+    r = k.run(
+        "%%hvd\nimport os, time\nos.environ['HOROVOD_STALL_CHECK_TIME_SECONDS'] = '2'\nhvd.init()\n"
+        "if rank == 1:\n    time.sleep(6)\nhvd.allreduce(torch.ones(1), name='late.tensor')",
+        timeout=120,
+    )
+    assert r.status == "ok", r.error_text
+    assert "with HOROVOD_STALL_CHECK_TIME_SECONDS=2" in r.stderr, r.stderr
+    assert "late.tensor" in r.stderr and "missing ranks" in r.stderr.lower(), r.stderr

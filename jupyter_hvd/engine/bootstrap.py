@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from typing import Any
 
 
@@ -42,11 +43,13 @@ def start(
     names = prelude(device, torch_distributed or not has_horovod, torch_store)
     hvd, torch, dev, dist = names["hvd"], names["torch"], names["device"], names["dist"]
     if hvd is not None:
+        _first_collectives(hvd, torch, dev)
         guards.install()  # hvd.init() pasted into a cell, or a cell that wraps an optimizer run twice, is harmless
         collectives.install()  # which collective a rank waits in, for the kernel's mismatch check
         pace.install()  # compute and wait per training step, for the kernel's straggler check (after collectives)
         idle.wake_on_first_use()  # a resting Horovod starts again when a cell uses it (outermost: before the rest)
         idle.prepare()
+        idle.watch(idle.rest_after(dev.type == "cuda"))  # Horovod rests where no rank uses it, also during a cell
     if dist is not None:
         torch_dist.install()  # the same for torch.distributed's collectives and DDP
     guards.script_argv()  # argparse in a pasted script sees a script's argv, not the engine's
@@ -72,6 +75,7 @@ def start(
     from . import channel
 
     channel.connect(channel_info, names["rank"])
+    threading.Thread(target=_warm_up, args=(torch, dev), name="jupyter-hvd warm-up", daemon=True).start()
     return {
         "rank": names["rank"],
         "size": names["size"],
@@ -88,6 +92,27 @@ def start(
         "horovod": hvd is not None,
         "warning": compat.check_horovod() if hvd is not None else "",
     }
+
+
+def _first_collectives(hvd: Any, torch: Any, device: Any) -> None:
+    """Horovod's first allreduces (its first negotiation, the fusion buffer, MPI's or NCCL's first connection), now,
+    on every rank at once, instead of in the first training cell."""
+    for n in (1, 1 << 18):  # one element, and 1 MB through the fusion buffer
+        hvd.allreduce(torch.zeros(n, device=device), name=f"jupyter_hvd.warm-up.{n}")
+
+
+def _warm_up(torch: Any, device: Any) -> None:
+    """A first forward, backward and optimizer step on this rank's device, in a thread while the notebook goes on:
+    oneDNN, cuBLAS and cuDNN start at their first use (0.1-1 s), which would otherwise be the first training cell's."""
+    try:
+        nn = torch.nn
+        model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8, 2)).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        model(torch.randn(2, 1, 4, 4, device=device)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    except Exception:
+        pass  # the cell that trains says what is wrong
 
 
 class _Exit:

@@ -8,7 +8,6 @@ is harmless in a script can act twice. Imported on the engines only; `install()`
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import weakref
 from typing import Any
@@ -43,8 +42,8 @@ def _guard_init(hvd: Any) -> None:
     """A script's hvd.init(...) in a cell: harmless where it asks for nothing new (Horovod is initialised already: a
     second plain init would clear its table of ops in flight); where it brings process sets, a communicator, or
     HOROVOD_* variables the cell set, Horovod starts again with them on every rank, as under mpirun, said in one line.
-    What Horovod 0.28.1 cannot start again with is named, with the %hvd_start option that does it."""
-    from . import idle
+    What Horovod 0.28.1 cannot start again with is named, with what to type instead (engine/init_settings.py)."""
+    from . import idle, init_settings
 
     real_init = hvd.init
 
@@ -52,33 +51,23 @@ def _guard_init(hvd: Any) -> None:
     def init(*args: Any, **kwargs: Any) -> None:
         if not hvd.is_initialized():
             return real_init(*args, **kwargs)
-        changed = idle.settings_changed()
-        fixed = {k: v for k, v in changed.items() if k in idle.FIXED}
-        if fixed:
-            flags = ", ".join(idle.FIXED[k] for k in fixed)
-            _say(
-                f"{', '.join(fixed)} set in a cell cannot take effect on a running pool: Horovod 0.28.1 crashes when "
-                f"it starts again with {'it' if len(fixed) == 1 else 'them'} (a segfault). It stays as the pool "
-                f"started; to change it: %hvd_stop, then %hvd_start with {flags}."
-            )
-            changed = {k: v for k, v in changed.items() if k not in fixed}
-        if not args and not kwargs and not changed:
+        plan = init_settings.plan(idle.started_variables(), idle.horovod_variables())
+        if plan.named:
+            _say("; ".join(plan.named) + ".")
+        if not args and not kwargs and not plan.applied:
             return None
-        if not changed and _as_now(hvd, args, kwargs):
+        if not plan.applied and idle.started_plain() and _as_now(hvd, args, kwargs):
             _say(f"hvd.init({_shown(args, kwargs)}) asks for what Horovod already has on this pool: nothing changes.")
             return None
-        saved = {k: os.environ.get(k) for k in fixed}
-        idle.set_horovod_env({key: then for key, (then, _) in fixed.items()})  # not in this start: it would crash
-        try:
-            seconds = idle.start_again(real_init, args, kwargs)
-        finally:
-            idle.set_horovod_env(saved)
+        seconds = idle.start_again(real_init, args, kwargs, plan.start_with)
         asked = _shown(args, kwargs)
-        env = ", ".join(f"{k}={now}" if now is not None else f"without {k}" for k, (_, now) in changed.items())
+        env = ", ".join(f"{k}={now}" if now is not None else f"without {k}" for k, (_, now) in plan.applied.items())
         said = f"Horovod started again on every rank ({seconds * 1000:.0f} ms) for hvd.init({asked})"
         said += f" with {env}" if env else ""
         said += ", as a script's start would be"
-        _say(said + (": it stays awake from now on (an idle rest would drop what init was given)." if asked else "."))
+        if asked:
+            said += "; it is given the same at every start after an idle rest, at the start of a cell"
+        _say(said + ".")
         return None
 
     real_shutdown = hvd.shutdown

@@ -76,8 +76,8 @@ class HvdPool(Configurable):
     rest_after = Float(
         None,
         allow_none=True,
-        help="idle seconds after which Horovod's background thread is stopped until the next cell (an idle Horovod "
-        "keeps a core per rank busy); 0: never. Default: 2 on CPU ranks, 30 on GPUs",
+        help="seconds without Horovod use after which its background thread stops until the next use, between cells "
+        "or within one (an idle Horovod keeps a core per rank busy); 0: never. Default: 2 on CPU ranks, 30 on GPUs",
     ).tag(config=True, metavar="S")
     timeline = Bool(
         False,

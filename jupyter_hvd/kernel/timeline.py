@@ -162,7 +162,6 @@ _FIXED = {
     "HOROVOD_CYCLE_TIME": "--cycle-time",
     "HOROVOD_FUSION_THRESHOLD": "--fusion-mb",
     "HOROVOD_AUTOTUNE": "autotuning",
-    "HOROVOD_DYNAMIC_PROCESS_SETS": "dynamic process sets",
 }
 
 
