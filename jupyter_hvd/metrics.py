@@ -24,6 +24,11 @@ _POSITION = re.compile(
 )
 # A tqdm bar: ` 37/100 [00:01<00:02, 30.1it/s, loss=0.5]`.
 _TQDM = re.compile(r"\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[")
+# Keras' progress: `12/469 [===>....] - ETA: 3s - loss: 0.5` (Keras 2), `12/469 ━━━━ 3s 9ms/step - loss: 0.5` (Keras 3),
+# `469/469 - 5s - loss: 0.3` (verbose=2): batches of the current epoch.
+_KERAS = re.compile(r"^\s*(?P<n>\d+)/(?P<total>\d+)\s+(?:\[[=>.]*\]|[━─]|- \d)")
+# A tqdm bar's percentage after its description (`train:  37%|███▋ |`) is progress, not a metric named `train`.
+_BAR_PERCENT = re.compile(r"\s*%?\s*\|")
 _LABEL = re.compile(r"['\"]?[A-Za-z][A-Za-z0-9_./-]*(?: [A-Za-z][A-Za-z0-9_./-]*)*['\"]?$")
 # PyTorch's and Horovod's MNIST examples: `Train Epoch: 1 [640/60000 (1%)]` is 1% into epoch 1.
 _EPOCH_PROGRESS = re.compile(r"\[\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\s*\(\s*\d+(?:\.\d+)?%\s*\)\s*\]")
@@ -79,10 +84,12 @@ def parse_line(line: str) -> ParsedLine:
     progress = _EPOCH_PROGRESS.search(text)
     if progress and out.epoch is not None and int(progress["total"]) > 0:
         out.epoch += int(progress["n"]) / int(progress["total"])
-    bar = _TQDM.search(text)
+    bar = _TQDM.search(text) or _KERAS.match(text)
     if bar and out.step is None:
         out.step, out.total = float(bar["n"]), int(bar["total"])
     for m in _PAIR.finditer(text):
+        if m["pct"] and _BAR_PERCENT.match(text, m.end("value")):
+            continue  # `desc:  37%|`: how far a bar is
         # The label is the run of words right before the separator: `lr 0.1 loss: 2` gives `loss`.
         label = _LABEL.search(re.split(r"[,;|\[\]()\t{}]| - ", m["key"])[-1].strip())
         if label is None:

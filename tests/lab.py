@@ -86,6 +86,10 @@ def jupyterlab(
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, root / notebook)
+    # JupyterLab's question about fetching its news would cover the outputs in every screenshot.
+    news = tmp_path / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True)
+    news.write_text(json.dumps({"fetchNews": "false"}))
     token, port = secrets.token_hex(16), free_port()
     runtime = str(tmp_path / "runtime")  # the server's and its kernels' own: their pool files go to jupyter-hvd/ in it
     state_dir = str(Path(runtime) / "jupyter-hvd")

@@ -91,3 +91,29 @@ def test_what_a_users_thread_prints_between_cells_is_shown_under_the_next_cell()
     finally:
         k.shutdown()
     assert wait_until_gone(f"hvd-{k.pid}-") == []
+
+
+def test_a_stop_while_a_restart_launches_engines_leaves_no_process():
+    k = Kernel()
+    try:
+        r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
+        assert r.status == "ok", r.error_text
+        # The stop comes from another thread of the kernel (what a shutdown or an extension may do) the moment the
+        # restart after the crash below begins.
+        k.run(
+            "import threading, time\nfrom jupyter_hvd.kernel import lifecycle, pool as _pools\n_p = _pools.current()\n"
+            "def _stop_when_restarting():\n    while _p.state != 'restarting':\n        time.sleep(0.01)\n"
+            "    time.sleep(0.5)\n    lifecycle.stop(_p)\n"
+            "threading.Thread(target=_stop_when_restarting, daemon=True).start()"
+        ).check()
+        r = k.run("%%hvd\nimport os, time\nif rank == 1:\n    os._exit(3)\ntime.sleep(30)", timeout=120)
+        assert r.status == "error"
+        said = r.error_text + r.stderr
+        assert "The pool was stopped while its engines started." in said, said
+        assert "AssertionError" not in said, said
+        assert wait_until_gone(f"hvd-{k.pid}-", timeout=20) == []
+        r = k.run("%%hvd\n1")
+        assert "No jupyter-hvd pool is running" in r.stderr, r.stderr
+    finally:
+        k.shutdown()
+    assert wait_until_gone(f"hvd-{k.pid}-") == []

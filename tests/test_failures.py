@@ -142,13 +142,16 @@ class FakePool:
         self.ranks = [SimpleNamespace(rank=0, pid=100), SimpleNamespace(rank=1, pid=101)]
         self.client = SimpleNamespace(ids=[0, 1])
         self.options = SimpleNamespace(timeout=30.0, fail_timeout=10.0)
-        self.file = SimpleNamespace(nonfinite=None, straggler=None, end_of_cell=lambda: None)
+        self.file = SimpleNamespace(
+            nonfinite=None, straggler=None, start_of_cell=lambda: None, end_of_cell=lambda: None
+        )
         self.keeper = SimpleNamespace(snapshots=SimpleNamespace(news=[]))
         self.lock = threading.RLock()
         self.stopped = False
         self.torch_distributed = False
         self.where_asked = None
         self.announcements: list[str] = []
+        self.pending_action: str | None = None
         self.newest_problem_shown = None
         self.cells_run = 0
         self.last_failed: list[int] = []

@@ -2,12 +2,13 @@
 
 test_sidebar_shows_busy_ranks_interrupts_and_stops: a real kernel and 2-rank pool, driven by ui-tests/sidebar.mjs;
 no engine process is left once the sidebar's Stop was clicked.
-Screenshots: artifacts/sidebar/ (1-pool-idle.png ... 6-stopped.png, and lab.log).
+Interrupt and restart from the sidebar leave a line in the notebook; while the restart runs the pool's buttons wait;
+the uptime is the new engines'. Screenshots: artifacts/sidebar/ (1-pool-idle.png ... 7-stopped.png, and lab.log).
 
 test_sidebar_fits_eight_ranks_and_shows_warnings: a pool file with 8 ranks (a straggler, a stalled rank, a NaN
-loss, a failed thread) seen at the sidebar's default width by ui-tests/sidebar_layout.mjs: one line per rank, no
-figure cut. Screenshots: artifacts/sidebar-layout/ (lab-8-ranks.png, sidebar-8-ranks.png,
-measurements.json).
+loss, a failed thread) seen at the sidebar's default width (JupyterLab at 1440x900) by ui-tests/sidebar_layout.mjs:
+each rank's figures on one line, its last line under them in full, no figure cut, text at a readable size.
+Screenshots: artifacts/sidebar-layout/ (lab-8-ranks.png, sidebar-8-ranks.png, measurements.json).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def test_sidebar_shows_busy_ranks_interrupts_and_stops(lab: dict[str, object]) -
     assert result["ok"], f"{result}\n{out.stderr[-3000:]}\nserver log:\n{Path(str(lab['log'])).read_text()[-3000:]}"
     t = result["timings"]
     assert t["sidebar_two_ranks_after_ready_s"] < 5, "the sidebar should show the ranks within a few seconds"
-    assert (ARTIFACTS / "2-ranks-busy.png").exists() and (ARTIFACTS / "6-stopped.png").exists()
+    assert (ARTIFACTS / "2-ranks-busy.png").exists() and (ARTIFACTS / "7-stopped.png").exists()
     # Stop from the sidebar: no engine (nor controller, mpiexec) of the kernel's pool is left.
     kernels = kernel_pids(lab["server"])  # type: ignore[arg-type]
     assert kernels, "the notebook's kernel should still be running (only the pool was stopped)"
@@ -144,7 +145,8 @@ def start_kernel(lab: dict) -> str:
 
 
 def test_sidebar_fits_eight_ranks_and_shows_warnings(tmp_path: Path) -> None:
-    """At the default width each of 8 ranks is one line, no figure is cut, and the pool's warnings are shown."""
+    """At the default width each of 8 ranks' figures is one line with its last line in full under it, no figure is
+    cut, the text is readable, and the pool's warnings are shown."""
     with jupyterlab(tmp_path, "empty.ipynb", ["1"]) as lab:
         eight_rank_pool(Path(str(lab["state_dir"])), start_kernel(lab))
         shutil.rmtree(LAYOUT_ARTIFACTS, ignore_errors=True)
@@ -156,11 +158,20 @@ def test_sidebar_fits_eight_ranks_and_shows_warnings(tmp_path: Path) -> None:
     print(f"sidebar {m['sidebarWidth']:.0f} px wide, line {m['lineHeight']:.1f} px, rank rows {m['rankHeights']}")
     assert 200 <= m["sidebarWidth"] <= 320, "the sidebar should be at JupyterLab's default width"
     too_tall = [(i, h) for i, h in enumerate(m["rankHeights"]) if h >= 1.6 * m["lineHeight"]]
-    assert not too_tall, f"ranks taller than one line ({m['lineHeight']:.1f} px): {too_tall}; see {LAYOUT_ARTIFACTS}"
+    assert not too_tall, f"figures taller than one line ({m['lineHeight']:.1f} px): {too_tall}; see {LAYOUT_ARTIFACTS}"
     assert not m["truncated"], f"figures cut at the default width: {m['truncated']}"
     assert m["horizontalOverflow"] <= 0, "the sidebar scrolls sideways at its default width"
-    assert m["headers"] == ["rank", "step", "loss", "c/w ms", "load", "last line"]
-    assert m["rowTexts"][0][:5] == ["0", "12345", "0.234", "25/3.2", "97% 30G"]
+    # The last line of every rank under its figures, in full, inside the sidebar (the stalled rank: what it waits in).
+    assert [line["text"] for line in m["lastLines"]][:2] == [
+        "epoch 3 step 12345 loss 0.2345 lr 0.0008 (rank 0 of 8, 1.2 s/epoch)",
+        "epoch 3 step 12345 loss 0.2355 lr 0.0008 (rank 1 of 8, 1.2 s/epoch)",
+    ]
+    assert m["lastLines"][3]["text"] == "waits in allreduce.module.fc2.weight_grad"
+    assert all(line["inside"] for line in m["lastLines"]), m["lastLines"]
+    assert m["figureFontPx"] >= 12.5 and min(line["fontPx"] for line in m["lastLines"]) >= 12
+    # Headers in words, each with its unit under it.
+    assert m["headers"] == ["rank", "step", "loss", "computems", "waitms", "load%, memory"]
+    assert m["rowTexts"][0] == ["0", "12345", "0.234", "25", "3.2", "97% 30G"]
     assert "stalled in allreduce.module.fc2.weight_grad" in m["stalledTitle"]
     assert m["stragglers"] == [5], "the straggler's row should be highlighted"
     assert m["warnings"] == [

@@ -9,7 +9,7 @@ import { isRunning, openNotebook, runCell, runCheck, waitForOutput } from "./dri
 
 const { NOTEBOOK_URL, ARTIFACTS = "artifacts/live_view_notebook7" } = process.env;
 
-// What a user sees of the live view in a cell: plotted points, log lines, status, the static copy.
+// What a user sees of the view in a cell: plotted points, log lines, status, and the HTML twin if it were rendered.
 const look = (cell) =>
   cell.evaluate((el) => ({
     widgets: el.querySelectorAll(".jhvd-live").length,
@@ -40,7 +40,7 @@ await runCheck({ artifacts: ARTIFACTS }, async ({ page, result, shot }) => {
     await toggle();
     await sidebar.locator(".jp-HvdPool").first().waitFor({ timeout: 15000 });
     out.pools = await sidebar.locator(".jp-HvdPool-notebook").allTextContents();
-    out.ranks = await sidebar.locator(".jp-HvdPool [data-rank]").count();
+    out.ranks = await sidebar.locator(".jp-HvdPool tr.jp-HvdRank").count();
     await shot("0-sidebar");
     await toggle();
     out.hiddenAfterClose = !(await sidebar.isVisible());

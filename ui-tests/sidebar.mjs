@@ -7,7 +7,7 @@ import { openNotebook, runCell, runCheck } from './driver.mjs';
 
 const { NOTEBOOK_URL, NOTEBOOK, ARTIFACTS = 'artifacts/sidebar' } = process.env;
 
-await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1500, height: 900 } }, async ({ page, result, shot }) => {
+await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } }, async ({ page, result, shot }) => {
   const timings = (result.timings = {});
   const rankPids = (result.rankPids = []);
   const t0 = Date.now();
@@ -59,7 +59,7 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1500, height: 900 } },
         /^\d+$/.test(cell(rows[0], 'step')) &&
         rows.every(r => /^\d+% \d+M$/.test(cell(r, 'usage'))) &&
         cell(rows[1], 'step') === '–' &&
-        /^step \d+$/.test(cell(rows[0], 'line')) &&
+        /^step \d+$/.test(rows[0].nextElementSibling?.querySelector('.jp-HvdRank-line')?.textContent || '') &&
         /beat \d+ s ago/.test(rows[1].title)
       );
     },
@@ -77,7 +77,8 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1500, height: 900 } },
   // Interrupt: no question asked; the cell stops, the ranks return to idle.
   const interruptAt = Date.now();
   await poolBox.locator('button[data-action="interrupt"]').click();
-  await second.locator('.jp-OutputArea-output', { hasText: 'Interrupted' }).waitFor({ timeout: 30000 });
+  // The notebook says who stopped the cell.
+  await second.locator('.jp-OutputArea-output', { hasText: 'Interrupted from the sidebar' }).waitFor({ timeout: 30000 });
   timings.cell_stopped_s = (Date.now() - interruptAt) / 1000;
   await page.waitForFunction(
     () =>
@@ -98,6 +99,15 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1500, height: 900 } },
   await poolBox.locator('button[data-action="restart"]').click();
   await dialog().locator('text=the pool comes back with the same options').waitFor({ timeout: 5000 });
   await dialog().locator('button.jp-mod-warn').click();
+  // While it restarts, the pool's buttons wait, and the sidebar says for what.
+  const waiting = await poolBox.evaluate(box => ({
+    disabled: Array.from(box.querySelectorAll('button[data-action]')).map(b => b.disabled),
+    pending: box.querySelector('.jp-HvdPool-pending')?.textContent || ''
+  }));
+  if (!waiting.disabled.every(Boolean) || !waiting.pending.startsWith('Restarting the pool')) {
+    throw new Error(`during the restart: ${JSON.stringify(waiting)}`);
+  }
+  await shot('4-restarting');
   await page.waitForFunction(
     old => {
       const rows = Array.from(document.querySelectorAll('#jupyter-hvd-sidebar tr.jp-HvdRank'));
@@ -114,10 +124,24 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1500, height: 900 } },
   timings.restart_s = (Date.now() - restartAt) / 1000;
   const newPids = await ranks.evaluateAll(rows => rows.map(r => Number(r.dataset.pid)));
   rankPids.push(...newPids);
-  await shot('4-restarted');
+  // The uptime is the new engines': it started again.
+  const meta = (await poolBox.locator('.jp-HvdPool-meta').first().textContent()) || '';
+  timings.uptime_after_restart = meta;
+  const up = /^up (\d+) s /.exec(meta);
+  if (!up || Number(up[1]) > 60) {
+    throw new Error(`the uptime was not reset by the restart: ${meta}`);
+  }
+  await page.waitForFunction(
+    () => Array.from(document.querySelectorAll('#jupyter-hvd-sidebar .jp-HvdPool button[data-action="restart"]')).every(b => !b.disabled),
+    null,
+    { timeout: 15000 }
+  );
+  await shot('5-restarted');
 
-  // The command palette's Interrupt acts on the current notebook's pool.
+  // The command palette's Interrupt acts on the current notebook's pool. The cell first says the restart asked for
+  // from the sidebar (the notebook's record of it).
   await runCell(page, 1);
+  await second.locator('.jp-OutputArea-output', { hasText: 'restarted from the sidebar' }).waitFor({ timeout: 30000 });
   await page.waitForFunction(
     () => document.querySelector('#jupyter-hvd-sidebar .jp-HvdPool')?.dataset.state === 'running',
     null,
@@ -138,11 +162,11 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1500, height: 900 } },
   const stopAt = Date.now();
   await poolBox.locator('button[data-action="stop"]').click();
   await dialog().locator('text=Models and variables on the ranks are lost').waitFor({ timeout: 5000 });
-  await shot('5-stop-confirmation');
+  await shot('6-stop-confirmation');
   await dialog().locator('button.jp-mod-warn').click();
   await sidebar.locator('text=No jupyter-hvd pool is running').waitFor({ timeout: 30000 });
   timings.pool_gone_after_stop_s = (Date.now() - stopAt) / 1000;
-  await shot('6-stopped');
+  await shot('7-stopped');
 
   // About one request a second while visible; none while the panel is collapsed.
   let requests = 0;

@@ -7,15 +7,25 @@ import { runCheck } from './driver.mjs';
 
 const { LAB_URL, RANKS = '8', ARTIFACTS = 'artifacts/sidebar-layout' } = process.env;
 
-/** Measures the rank table as laid out: each rank's height (top of its row to the next rank's), one text line. */
+/** Measures the rank table as laid out: each rank's figures row (one text line), its last line under it (visible
+ * in full inside the sidebar), the text sizes. */
 function measure() {
   const side = document.querySelector('#jupyter-hvd-sidebar');
-  const table = side.querySelector('table.jp-HvdRanks');
+  const box = side.getBoundingClientRect();
   const rows = Array.from(side.querySelectorAll('tr.jp-HvdRank'));
-  const tops = rows.map(r => r.getBoundingClientRect().top);
-  const bottom = table.getBoundingClientRect().bottom;
-  // A rank's height runs to the next rank's row, so an extra row under a rank makes that rank taller.
-  const rankHeights = tops.map((t, i) => (i + 1 < tops.length ? tops[i + 1] : bottom) - t);
+  const rankHeights = rows.map(r => r.getBoundingClientRect().height);
+  const lastLines = rows.map(r => {
+    const line = r.nextElementSibling?.querySelector('.jp-HvdRank-line');
+    if (!line) {
+      return null;
+    }
+    const rect = line.getBoundingClientRect();
+    return {
+      text: line.textContent,
+      inside: rect.width > 0 && rect.left >= box.left - 1 && rect.right <= box.right + 1,
+      fontPx: parseFloat(getComputedStyle(line).fontSize)
+    };
+  });
   // One line of the table's text: a block with the table's font and one character.
   const probe = document.createElement('div');
   const style = getComputedStyle(rows[0].cells[0]);
@@ -47,6 +57,8 @@ function measure() {
     rankHeights,
     truncated,
     rowTexts: rows.map(r => Array.from(r.cells).map(c => c.textContent)),
+    lastLines,
+    figureFontPx: parseFloat(getComputedStyle(rows[0].cells[1]).fontSize),
     headers: texts('table.jp-HvdRanks th'),
     warnings: Array.from(side.querySelectorAll('.jp-HvdPool-warning')).map(w => [w.dataset.kind, w.textContent]),
     stragglers: rows.filter(r => r.dataset.straggler === 'true').map(r => Number(r.dataset.rank)),
@@ -54,7 +66,7 @@ function measure() {
   };
 }
 
-await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1500, height: 900 } }, async ({ page, result, shot }) => {
+await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } }, async ({ page, result, shot }) => {
   await page.goto(`${LAB_URL}&reset`);
   await page.locator('.jp-SideBar [data-id="jupyter-hvd-sidebar"]').click({ timeout: 60000 });
   await page.waitForFunction(

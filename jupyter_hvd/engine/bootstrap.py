@@ -29,7 +29,7 @@ def start(
     """
     os.environ.update(env)
     from .. import compat
-    from . import collectives, debugger, guards, idle, pace, torch_dist
+    from . import collectives, debugger, guards, idle, pace, progress, torch_dist
     from .prelude import prelude
 
     try:
@@ -51,6 +51,7 @@ def start(
         torch_dist.install()  # the same for torch.distributed's collectives and DDP
     guards.script_argv()  # argparse in a pasted script sees a script's argv, not the engine's
     debugger.install()  # breakpoint() in a cell opens pdb for the notebook
+    progress.install()  # tqdm's bars feed the live view (and tqdm.auto draws text bars)
     if dev.type == "cuda":
         dev_name = f"cuda:{dev.index} {torch.cuda.get_device_name(dev)}"
         tensor_ops = "NCCL" if hvd is not None and hvd.nccl_built() else "MPI"

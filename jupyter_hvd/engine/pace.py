@@ -5,7 +5,8 @@ is the interval between two successive waits for gradient synchronisation (a Dis
 which step() calls) or two successive blocking collectives (hvd.allreduce(...), any hvd.synchronize(handle)) of the
 cell's thread; compute is the time between waits, wait the time inside one. Means over about `SEND_EVERY_S` go to
 the kernel with the report() records (engine/report.py), where kernel/straggler.py names a rank that computes much
-longer per step than the others.
+longer per step than the others, with the steps counted so far in the cell: every rank's step in the sidebar, also
+on ranks that print nothing.
 
 A light wrap, not Horovod's timeline: two clock reads and a few additions per step (see bench/pace_overhead.py).
 On GPUs, compute is what the Python thread does; GPU kernels still running when it waits count as wait.
@@ -33,6 +34,7 @@ _last_end: float | None = None  # when the main thread's last wait ended (None: 
 _compute = 0.0
 _wait = 0.0
 _steps = 0
+_cell_steps = 0  # steps timed in the cell so far
 _window_start = 0.0
 _installed = False
 
@@ -46,6 +48,9 @@ def install() -> None:
     if _installed:
         return
     compat.wrap_synchronize(_timed_wait)
+    from . import report
+
+    report.before_flush.append(end_of_cell)
     for cls in compat.optimizer_classes():
         cls.synchronize = _timed_optimizer_sync(cls.synchronize)
     _installed = True
@@ -84,20 +89,39 @@ def _timed_optimizer_sync(real: Callable[..., Any]) -> Callable[..., Any]:
 
 def _step(start: float, end: float) -> None:
     """One wait of the main thread ended: the time since the last one was compute."""
-    global _cell, _last_end, _compute, _wait, _steps, _window_start
+    global _cell, _last_end, _compute, _wait, _steps, _window_start, _cell_steps
     cell = _running_cell()
     if cell != _cell:  # a new cell: the time between cells is no step
-        _cell, _last_end, _compute, _wait, _steps, _window_start = cell, None, 0.0, 0.0, 0, start
+        _cell, _last_end, _compute, _wait, _steps, _window_start, _cell_steps = cell, None, 0.0, 0.0, 0, start, 0
     if cell is None:
         return
+    _cell_steps += 1  # every wait ends a step, the first one too (its compute began with the cell)
     if _last_end is not None:
         _compute += start - _last_end
         _wait += end - start
         _steps += 1
     _last_end = end
     if _steps and end - _window_start >= SEND_EVERY_S:
-        _send({"compute_ms": _compute / _steps * 1e3, "wait_ms": _wait / _steps * 1e3, "steps": _steps})
-        _compute, _wait, _steps, _window_start = 0.0, 0.0, 0, end
+        _summarise(end)
+
+
+def _summarise(now: float) -> None:
+    global _compute, _wait, _steps, _window_start
+    _send(
+        {
+            "compute_ms": _compute / _steps * 1e3,
+            "wait_ms": _wait / _steps * 1e3,
+            "steps": _steps,
+            "cell_steps": _cell_steps,
+        }
+    )
+    _compute, _wait, _steps, _window_start = 0.0, 0.0, 0, now
+
+
+def end_of_cell() -> None:
+    """The cell ends on this rank: the steps timed since the last summary are sent (its step count is final)."""
+    if _steps and _cell is not None and _cell == _running_cell():
+        _summarise(_clock())
 
 
 def waited(start: float, end: float) -> None:

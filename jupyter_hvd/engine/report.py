@@ -8,13 +8,21 @@ never waits on the network. The cell runner flushes what is left when a cell end
 from __future__ import annotations
 
 import numbers
+import sys
 import threading
 import time
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from . import outbox
 
 PUBLISH_HZ = 20.0
+
+# Set by the modules that feed this one (they import it, not the other way round): engine/progress.py's reading of
+# a loop's total, and engine/pace.py's last summary of a cell.
+loop_total: Callable[[FrameType | None], int | None] | None = None
+before_flush: list[Callable[[], None]] = []
 
 _pending: list[dict[str, Any]] = []
 _wake = threading.Event()
@@ -37,9 +45,10 @@ def report(
     are plotted by name; Python numbers, NumPy scalars and one-element tensors are accepted (a CUDA
     tensor is read later on the publishing thread, so the GPU is not synchronised here). `samples`: how
     many samples this rank processed since its last report, for samples/s. `total`: the step count the
-    training will reach, for the ETA. `average=True` averages the metrics across ranks with a Horovod
-    allreduce first: every rank must then call report() with the same metric names, and the call
-    synchronises the ranks (avoid it at every step of a fast loop).
+    training will reach, for the ETA (without it, a loop `for step in range(N)` around the call gives N).
+    `average=True` averages the metrics across ranks with a Horovod allreduce first: every rank must then call
+    report() with the same metric names, and the call synchronises the ranks (avoid it at every step of a fast
+    loop).
     """
     values = dict(metrics)
     if loss is not None:
@@ -50,10 +59,28 @@ def report(
     record: dict[str, Any] = {"t": time.time(), "m": numbers_}
     if step is not None:
         record["step"] = float(step)
+        if total is None and loop_total is not None:
+            total = loop_total(sys._getframe(1))
     if samples is not None:
         record["samples"] = int(samples)
     if total is not None:
         record["total"] = int(total)
+    _queue(record)
+
+
+def progress(step: float, total: int | None, desc: str | None, metrics: dict[str, Any]) -> None:
+    """A progress bar's position (engine/progress.py), with the metrics of its set_postfix(); marked `auto`, so
+    what the user reports with report() wins."""
+    record: dict[str, Any] = {"t": time.time(), "m": {n: _number(n, v) for n, v in metrics.items()}, "auto": True}
+    record["step"] = float(step)
+    if total is not None:
+        record["total"] = int(total)
+    if desc:
+        record["desc"] = desc
+    _queue(record)
+
+
+def _queue(record: dict[str, Any]) -> None:
     _pending.append(record)
     if not _wake.is_set():
         _wake.set()
@@ -63,21 +90,19 @@ def report(
 
 def publish_pace(summary: dict[str, Any]) -> None:
     """Send this rank's recent compute and wait per step (engine/pace.py) with the next batch of records."""
-    _pending.append({"t": time.time(), "m": {}, "pace": summary})
-    if not _wake.is_set():
-        _wake.set()
-    if _thread is None:
-        _start_publisher()
+    _queue({"t": time.time(), "m": {}, "pace": summary})
 
 
 def flush() -> int:
     """Publish every pending record now (the cell runner calls this as a cell ends); returns how many."""
+    for hook in before_flush:
+        hook()
     with _lock:
         try:
             return _publish()
         except Exception as exc:
             _pending.clear()  # a metric that cannot be read must not turn a finished cell into a failed one
-            _dropped(exc)
+            dropped(exc)
             return 0
 
 
@@ -136,7 +161,7 @@ def _publisher() -> None:
         except Exception as exc:
             # A metric that cannot be read, or the engine shuts down: the records are dropped, and the user told.
             _pending.clear()
-            _dropped(exc)
+            dropped(exc)
 
 
 def _start_publisher() -> None:
@@ -147,7 +172,7 @@ def _start_publisher() -> None:
             _thread.start()
 
 
-def _dropped(exc: BaseException) -> None:
+def dropped(exc: BaseException) -> None:
     """Tell the kernel (once per kind of failure) that report() records were dropped, and why."""
 
     key = f"{type(exc).__name__}: {exc}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import pickle
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from ..metrics import parse_line
 from ..widgets import CellView, plain_view
 from . import debugger, failures, where
 from .channel import ChannelError
-from .errors import CellFailed, group_errors
+from .errors import CellFailed, group_errors, name_cell
 from .failures import Done, Failure, PoolLost, Wait
 from .keep import Cell
 from .pool import Pool
@@ -84,6 +85,7 @@ class CellRun:
         self.options = options
         self.number = next(_cell_numbers)  # events of this cell carry it; earlier cells' late events are dropped
         self.filename = wire.cell_file(self.number)
+        name_cell(self.number, options.count)  # tracebacks name it as the notebook does: Cell In[count]
         self.view: CellView = options.view or plain_view(options.show_ranks)
         self.runs: dict[int, _RankRun] = {}
         self.failed_at: float | None = None
@@ -101,6 +103,10 @@ class CellRun:
         self.pace = StragglerDetector()  # which rank computes longest per step (kernel/straggler.py)
         self._stall_said = False
         self._in_debugger: set[int] = set()  # ranks a breakpoint() holds in pdb (wire.Debugging)
+        self.interrupted_by = ""  # "from the sidebar": who pressed stop, when it was not the notebook's button
+        # ---- the sidebar's figures of this cell (step, loss, last line per rank) ----
+        self._steps_said: set[int] = set()  # ranks whose step comes from report(), a bar or a printed line
+        self._figures_published = 0.0  # monotonic; the sidebar's figures are written at most 4 times a second
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
@@ -150,10 +156,13 @@ class CellRun:
                 "The pool was stopped (from the sidebar, or by a failed restart).", "%hvd_restart starts it again."
             )
         with self.pool.lock:
+            if self.pool.pending_action == "interrupt":
+                self.pool.pending_action = None  # it came for the cell before this one
             first_line = next((ln for ln in self.source.splitlines() if ln.strip()), "")
             self.pool.set_state("running", first_line[:120], publish=False)
             self.pool.file.nonfinite = None
             self.pool.file.straggler = None
+            self.pool.file.start_of_cell()  # the sidebar shows this cell's figures only
             try:
                 self._loop()
             finally:
@@ -169,6 +178,9 @@ class CellRun:
                     self.pool.set_state("idle", publish=self._shown_running)
                 if self.reason is None and self.lost is None and self.options.record:
                     self._succeeded()
+            if self.pool.pending_action == "interrupt":  # the sidebar's Interrupt ended it (kernel/watcher.py)
+                self.pool.pending_action = None
+                self.interrupted_by = "from the sidebar"
         return self._finish()
 
     def _succeeded(self) -> None:
@@ -334,9 +346,10 @@ class CellRun:
             parsed = parse_line(self.last_lines[rank])
             if parsed.step is not None:
                 stats["step"] = parsed.step
+                self._steps_said.add(rank)
             if "loss" in parsed.values:
                 stats["loss"] = parsed.values["loss"]
-            self.pool.update_rank_stats({rank: stats}, publish=False)
+            self._figures(rank, stats)
         if self.pool.file.nonfinite is None and ("nan" in text or "inf" in text.lower()):  # any line of the chunk
             for line in lines:
                 parsed = parse_line(line)
@@ -357,20 +370,32 @@ class CellRun:
             self._say_where("Horovod reported a stall", self.options.where_full)
 
     def _note_progress(self, rank: int, records: Any) -> None:
-        """The latest step and loss of `report()` records, for the sidebar."""
+        """For the sidebar: the latest step and loss of `report()` records and progress bars, else the steps the pace
+        timing counted on that rank (engine/pace.py: every rank's, also where a rank prints nothing)."""
         stats: dict[str, Any] = {}
         for record in records if isinstance(records, list) else [records]:
             if isinstance(record, dict):
                 if record.get("step") is not None:
                     stats["step"] = record["step"]
+                    self._steps_said.add(rank)
                 if isinstance(record.get("m"), dict) and record["m"].get("loss") is not None:
                     stats["loss"] = record["m"]["loss"]
                 for name, value in (record.get("m") or {}).items():
                     self._note_nonfinite(rank, name, value, record.get("step"))
                 if isinstance(record.get("pace"), dict):
                     self._note_pace(rank, record["pace"])
+                    if record["pace"].get("cell_steps") is not None and rank not in self._steps_said:
+                        stats["step"] = record["pace"]["cell_steps"]
         if stats:
-            self.pool.update_rank_stats({rank: stats}, publish=False)
+            self._figures(rank, stats)
+
+    def _figures(self, rank: int, stats: dict[str, Any]) -> None:
+        """A rank's new step, loss or last line for the sidebar: written soon, at most 4 times a second."""
+        self.pool.update_rank_stats({rank: stats}, publish=False)
+        now = time.monotonic()
+        if now - self._figures_published >= 0.25:
+            self._figures_published = now
+            self.pool.publish()
 
     def _note_pace(self, rank: int, pace: dict[str, Any]) -> None:
         """A rank's recent compute and wait per step (engine/pace.py): into the pool file; a straggler is named
@@ -518,13 +543,15 @@ class CellRun:
     # ---- result --------------------------------------------------------------------------------------------
 
     def _stopped_where(self, ranks: list[int]) -> str:
-        """': rank 0 at line 3: hvd.allreduce(...)' for stopped ranks whose interrupt named a line of the cell."""
+        """': rank 0 at cell line 4: hvd.allreduce(...)' for stopped ranks whose interrupt named a line of the cell
+        (numbered as the notebook numbers it, the %%hvd line 1, as tracebacks and where.py do)."""
         places = {}
         for rank in ranks:
             record = self.runs[rank].record
             where = (record.error if record else None) or {}
             if where.get("where"):
-                places.setdefault(where["where"], []).append(rank)
+                said = re.sub(r"^line (\d+)", lambda m: f"cell line {int(m[1]) + 1}", where["where"])
+                places.setdefault(said, []).append(rank)
         if not places:
             return "."
         return ":\n" + "\n".join(f"  {format_ranks(rs)} at {w}" for w, rs in places.items())
@@ -566,7 +593,8 @@ class CellRun:
         if self.ended_by is not None and self.ended_by.kind == "over_time":
             parts.append(self.ended_by.message)
         elif self.reason == "interrupt" and not errors and not exits:
-            parts.append(f"Interrupted: {format_ranks(stopped or list(self.runs))} stopped.")
+            by = f" {self.interrupted_by}" if self.interrupted_by else ""
+            parts.append(f"Interrupted{by}: {format_ranks(stopped or list(self.runs))} stopped.")
         elif self.reason == "mismatch":
             pass  # the mismatch message said which ranks waited where
         elif stopped and lost is None:

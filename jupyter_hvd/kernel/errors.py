@@ -6,6 +6,7 @@ the same), so these errors print our message only, never a traceback through jup
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -44,6 +45,53 @@ class CellFailed(PoolError):
         self.lost = lost
 
 
+# The engines run cell number N (kernel/cell.py's CellRun.number) as the file `<hvd-cell-N>`; the user knows it by
+# its prompt, In[count]. Kept for every cell of the kernel's life: a function defined in an earlier cell raises too.
+_prompts: dict[int, int | None] = {}
+_CELL_FRAME = re.compile(
+    r'^(?P<indent>[ \t]*)File "<hvd-cell-(?P<number>\d+)>", line (?P<line>\d+)(?:, in (?P<function>.+))?$', re.M
+)
+
+
+def name_cell(number: int, count: int | None) -> None:
+    """Cell number `number` runs the notebook's cell In[count] (None: a cell the user did not type)."""
+    _prompts[number] = count
+
+
+def cell_location(count: int | None, line: int, function: str | None = None) -> str:
+    """IPython's own words for a place in a cell: `Cell In[4], line 3` (`, in f()` inside a function).
+
+    `line` counts from the engine's first line, the one after `%%hvd`; the notebook numbers the `%%hvd` line 1,
+    so the user's line is one more (a SyntaxError and a runtime error name the same line).
+    """
+    prompt = f"In[{count}]" if count is not None else "In[ ]"
+    inside = f", in {function}()" if function and function != "<module>" else ""
+    return f"Cell {prompt}, line {line + 1}{inside}"
+
+
+def ipython_traceback(text: str) -> str:
+    """A traceback from the engines with each `File "<hvd-cell-N>", line L` frame in IPython's form."""
+
+    def place(m: re.Match[str]) -> str:
+        number = int(m["number"])
+        if number not in _prompts:
+            return m[0]  # a cell of another kernel's pool (unpickled): its name is all we know
+        return m["indent"] + cell_location(_prompts[number], int(m["line"]), m["function"])
+
+    return _CELL_FRAME.sub(place, text)
+
+
+def syntax_error_lines(exc: SyntaxError, count: int | None) -> list[str]:
+    """A `%%hvd` cell that does not parse, as IPython shows a plain cell's: where, the line, a caret, the message."""
+    text = (exc.text or "").rstrip("\n")
+    out = [f"  {cell_location(count, exc.lineno or 0)}", f"    {text.strip()}"]
+    if exc.offset:
+        indent = len(text) - len(text.lstrip())
+        out.append("    " + " " * max(0, exc.offset - 1 - indent) + "^")
+    out.append(f"{type(exc).__name__}: {exc.msg}")
+    return out
+
+
 def group_errors(errors: Iterable[dict[str, Any]]) -> str:
     """One block per distinct error: `ranks 0-3: ValueError: boom` and then one traceback.
 
@@ -56,5 +104,5 @@ def group_errors(errors: Iterable[dict[str, Any]]) -> str:
     blocks = []
     for (ename, evalue, tb), ranks in sorted(groups.items(), key=lambda kv: min(kv[1])):
         head = f"{RED}{BOLD}{format_ranks(ranks)}: {ename}{': ' + evalue if evalue else ''}{RESET}"
-        blocks.append(head + ("\n" + tb.rstrip() if tb else ""))
+        blocks.append(head + ("\n" + ipython_traceback(tb).rstrip() if tb else ""))
     return "\n\n".join(blocks)

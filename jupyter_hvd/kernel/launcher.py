@@ -97,6 +97,7 @@ class Launcher:
         self._engine_set: str | None = None
         self._retired_ids: set[int] = set()  # engines of before a restart, which the controller may still list
         self._reaper: subprocess.Popen[bytes] | None = None
+        self.stopped = False  # stop() ran: a launch still under way (on another thread) must not go on
 
     # ---- starting ------------------------------------------------------------------------------------------
 
@@ -175,6 +176,7 @@ class Launcher:
     def start_engines(self, env: dict[str, str]) -> list[int]:
         """Launch the engines under mpiexec with `env` and wait until all registered; their engine ids."""
         opts = self.options
+        self._check_not_stopped()
         assert self.cluster is not None and self.cluster.controller is not None
         t0 = time.monotonic()
         launch = self.placement.engine_launch(
@@ -190,6 +192,7 @@ class Launcher:
         retried = False
         while True:
             self._engine_set = self.cluster.start_engines_sync(n=opts.np, **launch)
+            self._check_not_stopped()
             self.recorded()
             if self.client is None:
                 self.client = self.cluster.connect_client_sync()
@@ -227,12 +230,20 @@ class Launcher:
         self._retired_ids &= ids
         return sorted(ids - self._retired_ids)
 
+    def _check_not_stopped(self) -> bool:
+        """PoolError if the pool was stopped (from another thread) while its engines started; what was launched is
+        killed. False otherwise, so it reads as a condition in a wait."""
+        if not self.stopped:
+            return False
+        state.kill_processes(self.tagged_processes())
+        raise PoolError("The pool was stopped while its engines started.", "%hvd_start -np N starts a new one.")
+
     def _wait_for_engines(self, t0: float) -> None:
         """Wait for all engines to register, failing early (with mpiexec's words) if mpiexec exits."""
         want = self.options.np
         deadline = t0 + self.options.timeout
         # Our own wait: after a restart the controller may still list the old engines for a while.
-        while len(self.new_engine_ids()) < want:
+        while self._check_not_stopped() or len(self.new_engine_ids()) < want:
             if not self.mpiexec_alive() and self.engine_set() is not None:
                 raise PoolError(
                     f"mpiexec exited before all {want} engines started (after {time.monotonic() - t0:.1f} s).",
@@ -262,6 +273,7 @@ class Launcher:
 
     def stop(self, ranks: list[Rank]) -> None:
         """Stop engines and controller; leave no process behind; let the reaper go."""
+        self.stopped = True
         if self.client is not None:
             try:
                 self.client.close()

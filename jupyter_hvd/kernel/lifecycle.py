@@ -9,6 +9,7 @@ Runs in the user's kernel, on its main thread (the watcher hands the sidebar's a
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import sys
 import time
@@ -81,7 +82,8 @@ def run_cell(pool: Pool, source: str, options: CellOptions) -> Any:
 def after_loss(pool: Pool, what: str) -> str:
     """Restart a pool that was lost (`what` happened: an engine died, ranks could not be released); what the user
     reads about it."""
-    headline = what.splitlines()[0].rstrip(".")
+    # The whole story is told once, under the cell when the restart is done; here only what is happening.
+    headline = re.split(r"[:.(]\s", what, maxsplit=1)[0][:120]
     print(f"jupyter-hvd: {headline}: restarting the pool with the same options...", file=sys.stderr, flush=True)
     if pool.pending_action == "restart":
         pool.pending_action = None  # this is that restart

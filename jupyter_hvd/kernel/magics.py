@@ -23,7 +23,7 @@ from . import timeline as hvd_timeline
 from . import transfer as hvd_transfer
 from . import where as hvd_where
 from .cell import CellOptions, next_number
-from .errors import PoolError
+from .errors import PoolError, syntax_error_lines
 from .failures import PoolLost
 from .options import options_from, setting, start_arguments
 from .ranks import parse_ranks
@@ -59,20 +59,21 @@ def options_table(magic: Any) -> str:
 class CellSyntaxError(UsageError):
     """A `%%hvd` cell that does not parse, shown as a plain cell's SyntaxError: the line, a caret, the message."""
 
-    def __init__(self, exc: SyntaxError) -> None:
+    def __init__(self, exc: SyntaxError, count: int | None = None) -> None:
         super().__init__(str(exc))
         self.exc = exc
+        self.count = count
 
     def _render_traceback_(self) -> list[str]:
-        exc = self.exc
-        line = (exc.lineno or 0) + 1  # counted from the %%hvd line, as the notebook numbers the cell
-        text = (exc.text or "").rstrip("\n")
-        out = [f"  Cell line {line}", f"    {text.strip()}"]
-        if exc.offset:
-            indent = len(text) - len(text.lstrip())
-            out.append("    " + " " * max(0, exc.offset - 1 - indent) + "^")
-        out.append(f"{type(exc).__name__}: {exc.msg}")
-        return out
+        return syntax_error_lines(self.exc, self.count)
+
+
+def _prompt(shell: Any) -> int | None:
+    """The number of the notebook cell running now, as its prompt shows it (In[4]). IPython 9 counts on before the
+    cell runs (its execution_count is then the next cell's); the history has stored this cell as number N in both."""
+    history = getattr(shell, "history_manager", None)
+    stored = len(getattr(history, "input_hist_raw", None) or [])
+    return stored - 1 if stored > 1 else getattr(shell, "execution_count", None)
 
 
 def _cell_id(shell: Any) -> str:
@@ -139,7 +140,12 @@ class HvdMagics(Magics):
     @magic_arguments()
     @argument("--ranks", default="0", help="whose output to show: 0 (default), all, or a list like 0,2")
     @argument("--log-lines", type=int, default=10_000, metavar="N", help="lines of output shown per rank and cell")
-    @argument("--plot", default="loss", metavar="METRICS", help="metrics plotted live, e.g. loss,acc (default: loss)")
+    @argument(
+        "--plot",
+        default="all",
+        metavar="METRICS",
+        help="metrics plotted live: all (default; a panel per metric, val_ and test_ ones beside theirs) or loss,acc",
+    )
     @argument("--no-plot", action="store_true", help="live log and status only, no plot")
     @argument("--batch-size", type=int, default=None, metavar="N", help="samples per step per rank, for samples/s")
     @argument(
@@ -183,7 +189,7 @@ class HvdMagics(Magics):
         try:  # before anything is shipped
             compile(source, "<hvd cell>", "exec")
         except SyntaxError as exc:
-            raise CellSyntaxError(exc) from None
+            raise CellSyntaxError(exc, _prompt(self.shell)) from None
         pool = require_pool()
         try:
             show = parse_ranks(args.ranks, len(pool.ranks))
@@ -199,7 +205,7 @@ class HvdMagics(Magics):
             show_ranks=show,
             log_lines=args.log_lines,
             view=view,
-            count=self.shell.execution_count,
+            count=_prompt(self.shell),
             cell_id=_cell_id(self.shell),
             setup=args.setup,
             where_full=args.where_full,
@@ -239,7 +245,7 @@ class HvdMagics(Magics):
         except hvd_transfer.TransferError as exc:
             raise UsageError(str(exc)) from None
         try:
-            restart.journal_push(pool, payload, self.shell.execution_count, _cell_id(self.shell))
+            restart.journal_push(pool, payload, _prompt(self.shell), _cell_id(self.shell))
         except OSError as exc:
             print(
                 f"jupyter-hvd: pushed, but {', '.join(names)} could not be kept for a replay after a restart "
@@ -361,7 +367,7 @@ class HvdMagics(Magics):
                 restart.configure(pool)
                 gen = (next_number(), 0)
                 # A snapshot now, behind whatever the ranks were asked before.
-                pool.channel.send_all(wire.Commit(self.shell.execution_count, gen))  # type: ignore[union-attr]
+                pool.channel.send_all(wire.Commit(_prompt(self.shell), gen))  # type: ignore[union-attr]
             if pool.channel is not None:
                 pool.channel.settle(len(pool.ranks))  # every rank's part is written (a Pong follows its Committed)
         for news in keeper.snapshots.news:

@@ -340,9 +340,11 @@ class Pool:
 
     def stop(self) -> None:
         """Stop engines and controller, leave no process behind; the kernel has no pool any more."""
-        self._end()
-        if current() is self:
-            set_current(None)
+        try:
+            self._end()
+        finally:  # another thread may be ending the pool too (a failed restart): the kernel has no pool either way
+            if current() is self:
+                set_current(None)
 
     def _end(self, keep_directory: bool = False) -> None:
         self.stopped = True

@@ -8,12 +8,15 @@ processes change, since the reaper kills what the file names.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Protocol
 
 from .. import state
 from .ranks import Rank
+
+CELL_FIGURES = ("step", "loss", "compute_ms", "wait_ms", "last_line")  # state.RankRecord's fields of the running cell
 
 
 class PoolView(Protocol):
@@ -51,12 +54,20 @@ class PoolFile:
         self.slurm_job = ""  # the engines' SLURM job, for the reaper to cancel if the kernel dies
         self._lock = threading.Lock()
         self._identity = state.kernel_identity()
+        self._engines: tuple[int, ...] = ()  # the engines' pids: new ones mean a restart
+        self.engines_started = 0.0
         self.poke: Callable[[], None] | None = None  # the watcher's: write soon, from its thread
 
     def update_ranks(self, stats: dict[int, dict[str, Any]]) -> None:
         """Merge per-rank measurements (fields of state.RankRecord)."""
         for rank, values in stats.items():
             self.rank_stats.setdefault(rank, {}).update(values)
+
+    def start_of_cell(self) -> None:
+        """A cell starts: the figures of the one before (step, loss, per-step times, last line) are not this one's."""
+        for stats in self.rank_stats.values():
+            for name in CELL_FIGURES:
+                stats.pop(name, None)
 
     def end_of_cell(self) -> None:
         """A stall ends with its cell, as does a breakpoint()'s pdb."""
@@ -85,6 +96,9 @@ class PoolFile:
     def write(self, pool: PoolView) -> None:
         """Write the file as the pool is now."""
         with self._lock:
+            engines = tuple(r.pid for r in pool.ranks)
+            if engines and engines != self._engines:
+                self._engines, self.engines_started = engines, time.time()
             ranks = [state.RankRecord(**{**asdict(r), **self.rank_stats.get(r.rank, {})}) for r in pool.ranks]
             record = state.PoolRecord(
                 id=pool.id,
@@ -101,6 +115,7 @@ class PoolFile:
                 problems=self.problems(pool),
                 nonfinite=self.nonfinite,
                 straggler=self.straggler,
+                engines_started=self.engines_started or pool.started_at,
                 where=self.where,
                 **pool.kept_summary(),
                 **self._identity,

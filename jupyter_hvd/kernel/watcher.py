@@ -156,7 +156,7 @@ class PoolWatcher(threading.Thread):
         if action == "interrupt" or pool.busy_cell is not None:
             # A running cell ends through its own wind-down; restart/stop then run on the main thread.
             pool.interrupt([r.rank for r in pool.ranks])
-            if action != "interrupt":
+            if action != "interrupt" or pool.busy_cell is not None:  # the cell says it was the sidebar's
                 pool.pending_action = action
             return
         if self._main_loop is not None and not self._main_loop.is_closed():

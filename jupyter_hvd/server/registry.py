@@ -124,6 +124,7 @@ def describe(
     """What the sidebar shows of one pool: its state file's fields plus ages, the notebook, and rank states."""
     stale = bool(data.get("stale"))
     started = float(data.get("started") or now)
+    engines_started = float(data.get("engines_started") or started)
     updated = float(data.get("updated") or now)
     ranks = []
     for r in data.get("ranks", []):
@@ -146,7 +147,8 @@ def describe(
         "backend": data.get("backend") or "",
         "hosts": data.get("hosts") or [],
         "started": started,
-        "uptime": round(now - started, 1),
+        "engines_started": engines_started,
+        "uptime": round(now - engines_started, 1),  # of the engines running now: a restart starts it again
         "updated_age": round(now - updated, 1),
         "cell": data.get("cell"),
         "ranks": ranks,

@@ -105,6 +105,7 @@ class PoolRecord:
     slurm_job: str = ""  # the SLURM job running the engines (--slurm): cancelled if the kernel dies
     boot_id: str = ""  # the boot the start times count from
     updated: float = 0.0  # epoch s; set when written
+    engines_started: float = 0.0  # epoch s: when the running engines started (a restart starts new ones)
     version: int = VERSION
 
 

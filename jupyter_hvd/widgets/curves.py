@@ -1,8 +1,12 @@
-"""The live view's numbers: one curve per metric, and the status line's step, samples/s and ETA.
+"""The live view's numbers: one curve per metric and rank, and the status line's step, samples/s and ETA.
 
-Pure logic (no widgets). Curves come from `report()` (explicit) or from printed lines (parsed); for any one
-metric, explicit reports win: the first report of `loss` replaces the `loss` curve parsed so far, and
-printed `loss` values are ignored from then on. New points are handed out once by `take_new()`.
+Pure logic (no widgets). Points come from three sources, weakest first: printed lines (parsed), progress bars
+(engine/progress.py: tqdm's position and set_postfix values) and `report()`. For any one metric of a rank the
+strongest source seen wins: its first point replaces the curve read from a weaker one, whose later points are
+ignored. The same holds for the status line's step. New points are handed out once by `take_new()`.
+
+Each curve's x is what the training said it is, and named so: the step, else the epoch, else the samples seen, else
+the seconds since the cell started.
 """
 
 from __future__ import annotations
@@ -16,14 +20,18 @@ from typing import Any
 from ..metrics import ParsedLine
 
 RATE_WINDOW_S = 10.0  # samples/s and steps/s are measured over this much recent time
+SOURCES = {"print": 0, "progress": 1, "report": 2}  # what wins over what
+SPLITS = ("train", "training", "val", "valid", "validation", "test", "eval")  # a family's members: val_loss is a loss
 
 
 @dataclass
 class Curve:
-    """One metric's points, x (step, epoch or call count) and y, with how many the view already has."""
+    """One metric of one rank: its points, x and y, what x is, and how many the view already has."""
 
     name: str
-    source: str  # "report" | "print"
+    source: str  # a key of SOURCES
+    rank: int = 0
+    x_kind: str = "step"  # step | epoch | samples | time
     xs: list[float] = field(default_factory=list)
     ys: list[float] = field(default_factory=list)
     sent: int = 0
@@ -31,10 +39,13 @@ class Curve:
     x_offset: float = 0.0  # printed steps that restart each epoch are continued, so x keeps increasing
     last_raw_x: float | None = None
 
-    def add(self, x: float | None, y: float) -> None:
-        if x is None:
-            x = (self.xs[-1] + 1) if self.xs else 0.0
-        elif self.source == "print":
+    @property
+    def key(self) -> str:
+        """How the view names the curve: `loss`, or `loss@1` for rank 1's."""
+        return f"{self.name}@{self.rank}"
+
+    def add(self, x: float, y: float) -> None:
+        if self.source == "print" and self.x_kind == "step":
             if self.last_raw_x is not None and x < self.last_raw_x and self.xs:
                 self.x_offset = self.xs[-1]
             self.last_raw_x = x
@@ -49,19 +60,48 @@ def plot_matches(pattern: str, name: str) -> bool:
     return name == pattern or any(word.startswith(pattern) for word in name.split("_"))
 
 
-class Curves:
-    """Every metric of one cell, and the measures the status line shows."""
+def family(name: str) -> str:
+    """The panel a metric is drawn in when every metric is plotted: `val_loss` and `loss` in `loss`, `lr` alone.
+    widgets-js/src/series.js has the same function (tests/test_smoothing.py holds them to the same answers)."""
+    head, _, rest = name.partition("_")
+    return rest if rest and head in SPLITS else name
 
-    def __init__(self, ranks: int, batch_size: int | None = None) -> None:
+
+def panels(names: list[str], patterns: list[str]) -> list[tuple[str, list[str]]]:
+    """The plot panels and the metrics in each, in the order metrics first came: one per pattern of `--plot`, or
+    with `--plot all` one per family."""
+    if patterns == ["all"]:
+        order: dict[str, list[str]] = {}
+        for name in names:
+            order.setdefault(family(name), []).append(name)
+        return list(order.items())
+    return [(p, [n for n in names if plot_matches(p, n)]) for p in patterns]
+
+
+class Curves:
+    """Every metric of one cell, and the measures the status line shows.
+
+    `plot_ranks`: whose metrics become curves (the ranks whose output the cell shows); the first of them sets the
+    status line's step. Every rank's `samples` count towards samples/s.
+    """
+
+    def __init__(self, ranks: int, batch_size: int | None = None, plot_ranks: list[int] | None = None) -> None:
         self.ranks = ranks
         self.batch_size = batch_size
+        self.plot_ranks = plot_ranks or [0]
+        self.lead = min(self.plot_ranks)  # the rank whose step, total and ETA the status line shows
+        self.started = time.time()
         self.curves: dict[str, Curve] = {}
         self.latest: dict[str, float] = {}
         self.step: float | None = None
         self.total: int | None = None
+        self.desc: str | None = None  # the progress bar's description ("epoch 3")
+        self.epoch: float | None = None  # the last epoch the status rank printed (the status line's, without a step)
         self._samples: dict[int, deque[tuple[float, int]]] = {}
+        self._seen_samples: dict[int, float] = {}
         self._steps: deque[tuple[float, float]] = deque()
-        self.steps_reported = False  # once report() gives steps, printed step numbers no longer move the status
+        self._step_source = -1  # the strongest source that gave the status line a step
+        self._position: tuple[str, float] | None = None  # the last (kind, x) a printed line said, for lines without
         self.changed = False
         self.nonfinite: str | None = None  # where a metric first became NaN or Inf (said once; the plot has a gap)
         self.straggler: str | None = None  # the rank that sets the pace, named by the cell runner (kernel/straggler.py)
@@ -69,7 +109,8 @@ class Curves:
     # ---- intake --------------------------------------------------------------------------------------------
 
     def add_reports(self, rank: int, batch: Any) -> None:
-        """Records published by `report()` on `rank` (a list of dicts: t, m, and maybe step, samples, total)."""
+        """Records published on `rank` by `report()` and progress bars: dicts of t, m, and maybe step, samples,
+        total, desc, and auto (a progress bar's, weaker than report()'s)."""
         if not isinstance(batch, list):
             return
         for record in batch:
@@ -80,51 +121,78 @@ class Curves:
                 window = self._samples.setdefault(rank, deque())
                 window.append((t, int(record["samples"])))
                 _trim(window, t)
-            if rank != 0:
-                continue  # the plot shows rank 0, as the log does; other ranks count towards samples/s
+                self._seen_samples[rank] = self._seen_samples.get(rank, 0.0) + int(record["samples"])
+            if rank not in self.plot_ranks or "pace" in record:
+                continue  # other ranks count towards samples/s only
+            source = "progress" if record.get("auto") else "report"
             step = record.get("step")
-            if "total" in record:
-                self.total = int(record["total"])
-            for name, value in record.get("m", {}).items():
-                curve = self.curves.get(name)
-                if curve is None or curve.source != "report":
-                    curve = self.curves[name] = Curve(name, "report", reset=curve is not None)
-                curve.add(step, value)
-                self.latest[name] = value
-                self._check_finite(name, value, step, rank)
             if step is not None:
-                self.steps_reported = True
-                self._at_step(t, float(step))
+                x, kind = float(step), "step"
+            elif "samples" in record:
+                x, kind = self._seen_samples[rank], "samples"
+            else:
+                x, kind = t - self.started, "time"
+            for name, value in (record.get("m") or {}).items():
+                self._point(rank, str(name), source, kind, x, float(value))
+            if rank == self.lead:
+                if "total" in record and SOURCES[source] >= self._step_source:
+                    self.total = int(record["total"])
+                if record.get("desc"):
+                    self.desc = str(record["desc"])
+                if step is not None:
+                    self._at_step(t, float(step), source)
         self.changed = True
 
-    def add_printed(self, parsed: ParsedLine, now: float | None = None) -> None:
-        """Metrics read from a printed line; ignored for metrics that `report()` already sends."""
+    def add_printed(self, parsed: ParsedLine, now: float | None = None, rank: int | None = None) -> None:
+        """Metrics read from a line that `rank` printed (default: the status line's rank)."""
+        rank = self.lead if rank is None else rank
+        now = now if now is not None else time.time()
+        if parsed.step is not None:
+            position: tuple[str, float] | None = ("step", parsed.step)
+        elif parsed.epoch is not None:
+            position = ("epoch", parsed.epoch)
+        else:
+            position = None
+        if rank == self.lead:
+            if position is not None:
+                self._position = position
+            if parsed.epoch is not None:
+                self.epoch = parsed.epoch
+            if parsed.total is not None and self.total is None:
+                self.total = parsed.total
+            if parsed.step is not None:
+                self._at_step(now, parsed.step, "print")
         if not parsed:
-            if parsed.step is not None and not self.steps_reported:
-                self._at_step(now if now is not None else time.time(), parsed.step)
             return
-        x = parsed.step if parsed.step is not None else parsed.epoch
-        if parsed.total is not None and self.total is None:
-            self.total = parsed.total
+        kind, x = position or self._position or ("time", now - self.started)
         for name, value in parsed.values.items():
-            curve = self.curves.get(name)
-            if curve is not None and curve.source == "report":
-                continue
-            if curve is None:
-                curve = self.curves[name] = Curve(name, "print")
-            curve.add(x, value)
-            self.latest[name] = value
-            self._check_finite(name, value, x, None)
-        if parsed.step is not None and not self.steps_reported:
-            self._at_step(now if now is not None else time.time(), parsed.step)
+            self._point(rank, name, "print", kind, x, value)
         self.changed = True
+
+    def _point(self, rank: int, name: str, source: str, kind: str, x: float, value: float) -> None:
+        key = f"{name}@{rank}"
+        curve = self.curves.get(key)
+        if curve is not None and SOURCES[curve.source] > SOURCES[source]:
+            return  # a stronger source gives this metric
+        if curve is None or curve.source != source:
+            curve = self.curves[key] = Curve(name, source, rank, kind, reset=curve is not None)
+        curve.add(x, value)
+        if rank == self.lead:
+            self.latest[name] = value
+        self._check_finite(name, value, x if kind == "step" else None, rank)
 
     def _check_finite(self, name: str, value: float, step: float | None, rank: int | None) -> None:
         if self.nonfinite is None and not math.isfinite(value):
             where = f" at step {step:g}" if step is not None else ""
             self.nonfinite = f"{name} became {value}{where}" + (f" on rank {rank}" if rank is not None else "")
 
-    def _at_step(self, t: float, step: float) -> None:
+    def _at_step(self, t: float, step: float, source: str) -> None:
+        strength = SOURCES[source]
+        if strength < self._step_source:
+            return  # report() gives the steps: printed or bar positions no longer move the status line
+        if strength > self._step_source:
+            self._step_source = strength
+            self._steps.clear()
         if self._steps and step < self._steps[-1][1]:
             self._steps.clear()  # the step count restarted (a new epoch's batch index): rates start over
         self.step = step
@@ -135,13 +203,15 @@ class Curves:
 
     def take_new(self, patterns: list[str]) -> list[Curve]:
         """Curves with points the view has not received yet (only those `patterns` plot)."""
-        out = []
-        for curve in self.curves.values():
-            if not any(plot_matches(p, curve.name) for p in patterns):
-                continue
-            if curve.sent < len(curve.xs) or curve.reset:
-                out.append(curve)
-        return out
+        return [c for c in self.plotted(patterns) if c.sent < len(c.xs) or c.reset]
+
+    def plotted(self, patterns: list[str]) -> list[Curve]:
+        """The curves `patterns` plot (`all`: every curve)."""
+        if not patterns:
+            return []
+        if patterns == ["all"]:
+            return list(self.curves.values())
+        return [c for c in self.curves.values() if any(plot_matches(p, c.name) for p in patterns)]
 
     def samples_per_second(self) -> float | None:
         """Samples/s of all ranks together: from `report(samples=...)`, else steps/s x declared batch x ranks."""
@@ -154,7 +224,7 @@ class Curves:
         return None
 
     def steps_per_second(self) -> float | None:
-        """Rank 0's recent steps per second, or None before two steps were seen."""
+        """The status rank's recent steps per second, or None before two steps were seen."""
         if len(self._steps) < 2:
             return None
         (t0, s0), (t1, s1) = self._steps[0], self._steps[-1]

@@ -1,11 +1,14 @@
-"""The live training view of a running `%%hvd` cell: status line, loss plot and rank-0 log, in one widget.
+"""The live training view of a running `%%hvd` cell: status line, plots and the shown ranks' log, in one widget.
 
 Runs in the user's kernel. The cell runner calls `output()`, `metrics()` and `close()` on the kernel's main
 thread; they only update in-memory buffers. A flusher thread sends what changed to the front end (a change after
 a quiet spell at once, at most `UPDATES_PER_S` times a second under load), as one custom message carrying only new
 lines and new points (binary).
-When the cell ends, a static copy (curves as SVG, status, log tail) is displayed next to the widget, for
-front ends without widgets (nbconvert, a reopened notebook); the widget's CSS hides it where the widget runs.
+
+When the cell ends, the widget's output is replaced by the finished view (static_plot.saved_bundle: the view as
+data, which jupyter-hvd's renderer draws without a kernel, and HTML and text twins) and the widget is closed: the
+saved notebook holds one output per cell and no widget, so it reopens clean in JupyterLab, Notebook 7, nbviewer and
+GitHub. A failed cell always ends with its status line, whether or not it had shown anything.
 """
 
 from __future__ import annotations
@@ -19,19 +22,20 @@ from typing import Any
 
 import anywidget
 import traitlets
-from IPython.display import display
+from IPython.display import display, update_display
 
 from ..metrics import parse_line
 from .curves import Curves
 from .log import LogBuffer, LogDelta
-from .static_plot import fallback_bundle
+from .static_plot import SAVED_LOG_LINES, saved_bundle
 
 # Well above a loop printing at 20 Hz: with the gap equal to the print interval, one late send made every later line
 # wait for the gap (measured: 16 ms median at 20/s, 2 ms at 30/s).
 UPDATES_PER_S = 30.0
 SHOW_AFTER_S = 1.0  # a cell with no output and no metrics shows its view after this long
-STATIC_LOG_LINES = 40  # log lines kept in the static copy saved with the notebook
+STATIC_LOG_LINES = 40  # log lines in the HTML and text twins of the finished view
 STATIC = Path(__file__).parent / "static"
+STATES = {"running": "running", "done": "finished", "failed": "stopped (error or interrupt)"}
 
 
 class TrainingView(anywidget.AnyWidget):
@@ -41,11 +45,15 @@ class TrainingView(anywidget.AnyWidget):
     _css = STATIC / "live_view.css"
     view_id = traitlets.Unicode().tag(sync=True)  # the front end keeps each model's data under this id
     plots = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    ranks = traitlets.List(traitlets.Int()).tag(sync=True)  # the ranks whose output the cell shows
     log_lines = traitlets.Int(10_000).tag(sync=True)
     updates = traitlets.Int(0).tag(sync=True)  # set when the cell ends: a view created later asks for a full copy
+    # The user's choices in the view, kept for the finished view: the smoothing slider (None: automatic) and log y.
+    smoothing = traitlets.Float(None, allow_none=True).tag(sync=True)
+    log_y = traitlets.Bool(False).tag(sync=True)
 
     def __repr__(self) -> str:
-        return "jupyter-hvd live training view (a static copy follows for front ends without widgets)"
+        return "jupyter-hvd live training view"
 
 
 class LiveView:
@@ -60,16 +68,17 @@ class LiveView:
         batch_size: int | None = None,
     ) -> None:
         self.plots = plots
+        self.show_ranks = sorted(show_ranks)
         self.log = LogBuffer(log_lines, prefix_ranks=len(show_ranks) > 1 or show_ranks != [0])
-        self.curves = Curves(ranks, batch_size)
+        self.curves = Curves(ranks, batch_size, self.show_ranks)
         self.ranks = ranks
-        self.parse_rank = min(show_ranks)
         self.started = time.time()
         self.ended: float | None = None  # the elapsed time stops with the cell (a later full copy must agree)
         self.state = "running"
         self.seq = 0
         self.log_lines = log_lines
         self.widget: TrainingView | None = None
+        self.display_id = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._dirty = threading.Event()
         self._closed = False
@@ -84,28 +93,29 @@ class LiveView:
         """
         if self.widget is not None:
             return
-        self.widget = TrainingView(view_id=uuid.uuid4().hex, plots=self.plots, log_lines=self.log_lines)
+        self.widget = TrainingView(
+            view_id=uuid.uuid4().hex, plots=self.plots, ranks=self.show_ranks, log_lines=self.log_lines
+        )
         self.widget.on_msg(self._on_front_end_msg)
-        display(self.widget)
+        display(self.widget, display_id=self.display_id)
         self._thread = threading.Thread(target=self._flush_loop, name="jupyter-hvd-live-view", daemon=True)
         self._thread.start()
 
     # ---- CellView ------------------------------------------------------------------------------------------
 
     def output(self, rank: int, name: str, text: str) -> None:
-        """Output text of a shown rank: into the log; rank 0's finished lines are also read for metrics."""
+        """Output text of a shown rank: into the log; its finished lines are also read for metrics."""
         self.show()
         with self._lock:
             finished = self.log.feed(rank, name, text)
-            if rank == self.parse_rank:
-                now = time.time()
-                for segment in finished:
-                    try:
-                        parsed = parse_line(segment)
-                        if parsed or parsed.step is not None:
-                            self.curves.add_printed(parsed, now)
-                    except Exception as exc:  # a line we cannot read must not stop the cell's output
-                        self._note(f"a printed line could not be read for metrics ({type(exc).__name__}: {exc})")
+            now = time.time()
+            for segment in finished:
+                try:
+                    parsed = parse_line(segment)
+                    if parsed or parsed.step is not None or parsed.epoch is not None:
+                        self.curves.add_printed(parsed, now, rank)
+                except Exception as exc:  # a line we cannot read must not stop the cell's output
+                    self._note(f"a printed line could not be read for metrics ({type(exc).__name__}: {exc})")
         self._dirty.set()
 
     def metrics(self, rank: int, data: Any) -> None:
@@ -136,25 +146,51 @@ class LiveView:
             self.log.feed(-1, "stderr", f"[jupyter-hvd] {text}\n")
 
     def close(self, ok: bool) -> None:
-        """The cell ended (ok False: error, interrupt or restart): last update, then the static copy."""
+        """The cell ended (ok False: error, interrupt or restart): the widget's output becomes the finished view."""
         self._closed = True
-        if self.widget is None or self._thread is None:
-            return  # a quick silent cell: nothing to show
-        self._dirty.set()
-        self._thread.join(timeout=2.0)
         with self._lock:
             self.state = "done" if ok else "failed"
             self.ended = time.time()
+        if self.widget is None or self._thread is None:
+            if not ok:
+                display(self.finished_view(), raw=True)  # every failed cell ends with the same status line
+            return  # a quick silent cell that succeeded: nothing to show
+        self._dirty.set()
+        self._thread.join(timeout=2.0)
+        with self._lock:
             self.log.finish()
             update = self._take_update()
         try:
             self._send(update)
             self.widget.updates = self.seq
         except Exception:
-            pass  # the front end went away (kernel shutting down): the static copy below still records the cell
+            pass  # the front end went away (kernel shutting down): the finished view below still records the cell
+        with self._lock:
+            bundle = self.finished_view()
+        update_display(bundle, display_id=self.display_id, raw=True)
+        try:
+            self.widget.close()  # nothing in the notebook refers to it any more
+        except Exception:
+            pass
+
+    def finished_view(self) -> dict[str, Any]:
+        """The output that replaces the widget: the view as data, HTML and text (static_plot.saved_bundle)."""
         tail = self.log.tail(STATIC_LOG_LINES)
-        static = fallback_bundle(self.curves.curves, self.plots, self.status_text(), tail, self.log.total - len(tail))
-        display(static, raw=True)
+        saved = list(self.log.lines)[-SAVED_LOG_LINES:]
+        log = {"append": saved, "partials": [], "total": self.log.total}
+        widget = self.widget
+        return saved_bundle(
+            self.curves.plotted(self.plots),
+            self.plots,
+            self.status(),
+            self.status_text(),
+            log,
+            tail,
+            self.log.total - len(tail),
+            self.show_ranks,
+            widget.smoothing if widget is not None else None,
+            bool(widget.log_y) if widget is not None else False,
+        )
 
     # ---- status --------------------------------------------------------------------------------------------
 
@@ -165,7 +201,9 @@ class LiveView:
             "state": self.state,
             "ranks": self.ranks,
             "step": c.step,
+            "epoch": c.epoch,
             "total": c.total,
+            "desc": c.desc,
             "samples_per_s": c.samples_per_second(),
             "steps_per_s": c.steps_per_second(),
             "elapsed": (self.ended or time.time()) - self.started,
@@ -176,14 +214,17 @@ class LiveView:
         }
 
     def status_text(self) -> str:
-        """The status line as plain text (for the static copy)."""
+        """The status line as plain text (for the HTML and text twins)."""
         s = self.status()
-        bits = [{"running": "running", "done": "finished", "failed": "stopped (error or interrupt)"}[s["state"]]]
-        bits.append(f"{s['ranks']} ranks")
+        bits = [STATES[s["state"]], f"{s['ranks']} ranks"]
         if s["step"] is not None:
             bits.append(f"step {s['step']:g}" + (f"/{s['total']}" if s["total"] else ""))
+        elif s["epoch"] is not None:
+            bits.append(f"epoch {s['epoch']:.4g}")
         if s["samples_per_s"]:
             bits.append(f"{s['samples_per_s']:,.0f} samples/s")
+        elif s["steps_per_s"]:
+            bits.append(f"{steps_per_second_text(s['steps_per_s'])} steps/s")
         bits.append(f"{s['elapsed']:.1f} s")
         if s["warning"]:
             bits.append(f"⚠ {s['warning']}")
@@ -211,16 +252,26 @@ class LiveView:
             try:
                 self._send(update)
             except Exception:
-                return  # the comm is gone; close() still writes the static copy
+                return  # the comm is gone; close() still writes the finished view
 
     def _take_update(self, full: bool = False) -> tuple[dict[str, Any], list[bytes]]:
         """The next message: new points per curve (x and y as float64 buffers), new log lines, the status."""
         curves, buffers = [], []
-        chosen = self.curves.take_new(self.plots) if not full else self._all_curves()
+        chosen = self.curves.plotted(self.plots) if full else self.curves.take_new(self.plots)
         for curve in chosen:
             start = 0 if (full or curve.reset) else curve.sent
             n = len(curve.xs)
-            curves.append({"name": curve.name, "start": start, "reset": full or curve.reset, "n": n - start})
+            curves.append(
+                {
+                    "key": curve.key,
+                    "name": curve.name,
+                    "rank": curve.rank,
+                    "x_kind": curve.x_kind,
+                    "start": start,
+                    "reset": full or curve.reset,
+                    "n": n - start,
+                }
+            )
             buffers += [array("d", curve.xs[start:n]).tobytes(), array("d", curve.ys[start:n]).tobytes()]
             curve.sent, curve.reset = n, False
         delta: LogDelta | None = self.log.snapshot() if full else self.log.take_delta()
@@ -235,11 +286,6 @@ class LiveView:
         }
         return content, buffers
 
-    def _all_curves(self) -> list[Any]:
-        from .curves import plot_matches
-
-        return [c for c in self.curves.curves.values() if any(plot_matches(p, c.name) for p in self.plots)]
-
     def _send(self, update: tuple[dict[str, Any], list[bytes]]) -> None:
         content, buffers = update
         assert self.widget is not None
@@ -251,3 +297,10 @@ class LiveView:
             with self._lock:
                 update = self._take_update(full=True)
             self._send(update)
+
+
+def steps_per_second_text(rate: float) -> str:
+    """Steps per second with three significant digits: `4.37`, `0.0123`, `1,234` (widgets-js/src/format.js too)."""
+    if rate >= 100:
+        return f"{rate:,.0f}"
+    return f"{float(f'{rate:.3g}'):g}"

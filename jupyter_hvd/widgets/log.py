@@ -2,7 +2,8 @@
 
 Pure logic (no widgets). `\\r` rewrites the line being written, so a tqdm bar stays one line; `\\n` ends it.
 Only the last `max_lines` finished lines are kept; what the view has not received yet is handed out by
-`take_delta()`, so an update carries only new lines.
+`take_delta()`, so an update carries only new lines. Each line keeps the rank that wrote it (the view shows one
+lane per rank); text for plain outputs is prefixed `[rank N]` where several ranks are shown.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ class _Partial:
 class LogDelta:
     """What changed since the last delta: finished lines to append, and the lines still being written."""
 
-    append: list[tuple[str, str]] = field(default_factory=list)  # (text, stream)
-    partials: list[tuple[str, str]] = field(default_factory=list)
+    append: list[tuple[str, str, int]] = field(default_factory=list)  # (text, stream, rank; -1: jupyter-hvd's own)
+    partials: list[tuple[str, str, int]] = field(default_factory=list)
     total: int = 0  # finished lines so far, shown or dropped
 
     def as_message(self) -> dict[str, object]:
@@ -40,9 +41,9 @@ class LogBuffer:
     def __init__(self, max_lines: int, prefix_ranks: bool = False) -> None:
         self.max_lines = max_lines
         self.prefix_ranks = prefix_ranks
-        self.lines: deque[tuple[str, str]] = deque(maxlen=max_lines)
+        self.lines: deque[tuple[str, str, int]] = deque(maxlen=max_lines)
         self.total = 0
-        self._unsent: deque[tuple[str, str]] = deque(maxlen=max_lines)
+        self._unsent: deque[tuple[str, str, int]] = deque(maxlen=max_lines)
         self._partials: dict[tuple[int, str], _Partial] = {}
         self._partials_changed = False
 
@@ -70,18 +71,14 @@ class LogBuffer:
         return finished
 
     def _commit(self, rank: int, stream: str, text: str) -> None:
-        line = (f"[rank {rank}] {text}" if self.prefix_ranks and rank >= 0 else text, stream)  # -1: our own notes
+        line = (text, stream, rank)
         self.lines.append(line)
         self._unsent.append(line)
         self.total += 1
 
-    def partial_lines(self) -> list[tuple[str, str]]:
+    def partial_lines(self) -> list[tuple[str, str, int]]:
         """The lines still being written (a progress bar), one per rank and stream, in a stable order."""
-        return [
-            (f"[rank {rank}] {p.text}" if self.prefix_ranks else p.text, stream)
-            for (rank, stream), p in sorted(self._partials.items())
-            if p.text
-        ]
+        return [(p.text, stream, rank) for (rank, stream), p in sorted(self._partials.items()) if p.text]
 
     def take_delta(self) -> LogDelta | None:
         """New finished lines and current partial lines since the last call; None when nothing changed."""
@@ -105,5 +102,10 @@ class LogBuffer:
                 self._partials_changed = True
 
     def tail(self, n: int) -> list[str]:
-        """The last `n` finished lines' text."""
-        return [text for text, _ in list(self.lines)[-n:]]
+        """The last `n` finished lines' text, `[rank N] `-prefixed where several ranks are shown."""
+        return [self.plain(line) for line in list(self.lines)[-n:]]
+
+    def plain(self, line: tuple[str, str, int]) -> str:
+        """A line as plain text shows it."""
+        text, _, rank = line
+        return f"[rank {rank}] {text}" if self.prefix_ranks and rank >= 0 else text

@@ -1,7 +1,8 @@
 """A `%%hvd` cell's view in a kernel whose front end draws no widgets (nbclient, `nbconvert --execute`).
 
 Output streams as plain text, as without a live view; metrics are still collected, and when the cell ends the
-final curves and status are displayed once as a static image, so an executed notebook keeps them.
+final curves and status are displayed once (static_plot.saved_bundle: the view as data for jupyter-hvd's renderer,
+and as SVG images), so an executed notebook keeps them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from IPython.display import display
 from ..metrics import parse_line
 from .curves import Curves
 from .plain import OutputRouter
-from .static_plot import fallback_bundle
+from .static_plot import saved_bundle
 
 
 class TextView:
@@ -22,23 +23,22 @@ class TextView:
 
     def __init__(self, ranks: int, show_ranks: list[int], plots: list[str], batch_size: int | None = None) -> None:
         self.router = OutputRouter(show_ranks)
-        self.curves = Curves(ranks, batch_size)
+        self.show_ranks = sorted(show_ranks)
+        self.curves = Curves(ranks, batch_size, self.show_ranks)
         self.plots = plots
         self.ranks = ranks
-        self.parse_rank = min(show_ranks)
         self.started = time.time()
-        self._partial = ""
+        self._partial: dict[int, str] = {}
 
     def output(self, rank: int, name: str, text: str) -> None:
-        """Write the text to the cell's stream; read rank 0's finished lines for metrics."""
+        """Write the text to the cell's stream; read the shown ranks' finished lines for metrics."""
         self.router.feed(rank, name, text)
-        if rank != self.parse_rank:
-            return
-        *done, self._partial = (self._partial + text).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        text = self._partial.get(rank, "") + text
+        *done, self._partial[rank] = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         for line in done:
             parsed = parse_line(line)
-            if parsed or parsed.step is not None:
-                self.curves.add_printed(parsed)
+            if parsed or parsed.step is not None or parsed.epoch is not None:
+                self.curves.add_printed(parsed, rank=rank)
 
     def metrics(self, rank: int, data: Any) -> None:
         """A batch of `report()` records from `rank`."""
@@ -54,13 +54,30 @@ class TextView:
     def close(self, ok: bool) -> None:
         """Flush the text; show the final curves once, if there are any."""
         self.router.close()
-        if not self.curves.take_new(self.plots):
+        curves = self.curves.plotted(self.plots)
+        if not curves:
             return  # nothing that would be plotted
+        c = self.curves
+        elapsed = time.time() - self.started
         state = "finished" if ok else "stopped (error or interrupt)"
-        step = f" · step {self.curves.step:g}" if self.curves.step is not None else ""
-        status = f"{state} · {self.ranks} ranks{step} · {time.time() - self.started:.1f} s"
-        if self.curves.nonfinite:
-            status += f" · ⚠ {self.curves.nonfinite}"
-        if self.curves.straggler:
-            status += f" · {self.curves.straggler}"
-        display(fallback_bundle(self.curves.curves, self.plots, status, [], 0), raw=True)
+        step = f" · step {c.step:g}" if c.step is not None else ""
+        text = f"{state} · {self.ranks} ranks{step} · {elapsed:.1f} s"
+        if c.nonfinite:
+            text += f" · ⚠ {c.nonfinite}"
+        if c.straggler:
+            text += f" · {c.straggler}"
+        status = {
+            "state": "done" if ok else "failed",
+            "ranks": self.ranks,
+            "step": c.step,
+            "total": c.total,
+            "desc": c.desc,
+            "samples_per_s": c.samples_per_second(),
+            "steps_per_s": c.steps_per_second(),
+            "elapsed": elapsed,
+            "eta": None,
+            "warning": c.nonfinite,
+            "straggler": c.straggler,
+        }
+        log = {"append": [], "partials": [], "total": 0}  # the log is in the cell's text output
+        display(saved_bundle(curves, self.plots, status, text, log, [], 0, self.show_ranks), raw=True)

@@ -10,10 +10,11 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Action, ACTIONS, choosePool } from './model';
 import { HvdSidebar } from './sidebar';
 
+// Its name, as IPython Parallel's panel shows "IP": the sidebar's tab says whose it is at a glance.
 const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" width="16">
   <g class="jp-icon3" fill="#616161">
-    <circle cx="5" cy="6" r="2.5"/><circle cx="5" cy="18" r="2.5"/><circle cx="19" cy="12" r="2.5"/>
-    <path d="M7 6.8l9.8 4.4-.6 1.3L6.4 8.1zM6.4 15.9l9.8-4.4.6 1.3-9.8 4.4z"/>
+    <text x="12" y="16.5" text-anchor="middle" font-family="DejaVu Sans, Verdana, Arial, sans-serif" font-weight="700"
+      font-size="11" letter-spacing="-0.6">hvd</text>
   </g></svg>`;
 
 export const hvdIcon = new LabIcon({ name: 'jupyter-hvd:pools', svgstr: ICON_SVG });

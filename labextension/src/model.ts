@@ -93,6 +93,9 @@ export interface IPool {
   backend: string;
   hosts: string[];
   started?: number;
+  /** When the running engines started (epoch s): a restart starts new ones. */
+  engines_started?: number;
+  /** Seconds since the running engines started. */
   uptime: number;
   updated_age: number;
   cell?: string | null;
@@ -178,14 +181,17 @@ export function formatStep(step: number | null | undefined): string {
   return step < 1e6 ? `${Math.round(step / 1000)}k` : `${(step / 1e6).toPrecision(2)}M`;
 }
 
-/** A loss in a narrow column (at most 6 characters): "0.123", "12.3", "1.2e-5", "3.4e+6". */
+/** A loss in a narrow column (at most 6 characters): "0.123", "0.0083", "12.3", "1.2e-5", "3.4e+6". */
 export function formatLossShort(loss: number | null | undefined): string {
   if (loss === null || loss === undefined) {
     return '–';
   }
   const v = Number(loss);
   const tiny = v !== 0 && Math.abs(v) < 0.001;
-  return tiny || Math.abs(v) >= 1e5 ? v.toExponential(1) : v.toPrecision(3);
+  if (tiny || Math.abs(v) >= 1e5) {
+    return v.toExponential(1);
+  }
+  return v.toPrecision(v !== 0 && Math.abs(v) < 0.01 ? 2 : 3);
 }
 
 function ms(v: number): string {
@@ -199,6 +205,11 @@ export function formatPace(r: IRank): string {
     return '–';
   }
   return `${known(r.compute_ms) ? ms(r.compute_ms) : '?'}/${known(r.wait_ms) ? ms(r.wait_ms) : '?'}`;
+}
+
+/** Milliseconds per step in a narrow column: "25", "3.2", '–' when not measured. */
+export function formatMs(v: number | null | undefined): string {
+  return v === null || v === undefined || !isFinite(v) ? '–' : ms(v);
 }
 
 /** What formatPace's two numbers mean, for its tooltip. */
@@ -273,6 +284,55 @@ export function poolWarnings(p: IPool): IWarning[] {
   return out;
 }
 
+/** An action asked for from the sidebar that has not finished: the pool's buttons wait for it. */
+export interface IPending {
+  action: Action;
+  /** When it was asked for (ms since the epoch). */
+  since: number;
+  /** The pool's engines (pids) and when its `where` was taken, as it was asked for: a restart makes new engines,
+   * Where a new answer. */
+  pids: number[];
+  whereAsked: number;
+}
+
+const PENDING_LIMIT_S: Record<Action, number> = { where: 10, interrupt: 20, restart: 180, stop: 60 };
+
+/** What the sidebar remembers when `action` is asked for on pool `p`. */
+export function pending(p: IPool, action: Action, now = Date.now()): IPending {
+  return { action, since: now, pids: p.ranks.map(r => r.pid), whereAsked: p.where?.asked ?? 0 };
+}
+
+/** Whether the action asked for has finished, as the pool (or its absence: `p` null) shows it, or taken too long. */
+export function pendingDone(job: IPending, p: IPool | null, now = Date.now()): boolean {
+  if (!p || p.stale || (now - job.since) / 1000 > PENDING_LIMIT_S[job.action]) {
+    return true;
+  }
+  switch (job.action) {
+    case 'interrupt':
+      return p.state !== 'running';
+    case 'restart': {
+      const pids = p.ranks.map(r => r.pid);
+      const fresh = pids.length > 0 && !pids.some(pid => job.pids.includes(pid));
+      return (fresh && p.state !== 'restarting' && p.state !== 'starting') || p.state === 'failed';
+    }
+    case 'stop':
+      return p.state === 'failed';
+    case 'where':
+      return (p.where?.asked ?? 0) !== job.whereAsked;
+  }
+}
+
+/** "Restarting the pool (asked 4 s ago)…": what the pool's buttons wait for. */
+export function pendingText(job: IPending, now = Date.now()): string {
+  const doing: Record<Action, string> = {
+    where: 'Asking the ranks where they are',
+    interrupt: 'Interrupting the running cell',
+    restart: 'Restarting the pool',
+    stop: 'Stopping the pool'
+  };
+  return `${doing[job.action]} (asked ${formatDuration((now - job.since) / 1000)} ago)…`;
+}
+
 /** The notebook a pool belongs to, by its file name; the kernel id when the server does not know it. */
 export function poolTitle(p: IPool): string {
   if (p.notebook) {
@@ -287,8 +347,8 @@ export function allowedActions(p: IPool): Action[] {
   if (p.stale) {
     return ['stop'];
   }
-  if (p.state === 'stopping') {
-    return [];
+  if (p.state === 'stopping' || p.state === 'restarting') {
+    return []; // an action runs: nothing else until it is done
   }
   if (p.state === 'idle' || p.state === 'starting' || p.state === 'failed') {
     return ['where', 'restart', 'stop'];

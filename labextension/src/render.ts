@@ -10,12 +10,14 @@ import {
   formatLoss,
   formatLossShort,
   formatMemory,
-  formatPace,
+  formatMs,
   formatStep,
   formatUsage,
+  IPending,
   IPool,
   IRank,
   paceTitle,
+  pendingText,
   poolTitle,
   poolWarnings
 } from './model';
@@ -62,18 +64,19 @@ export function rankTitle(r: IRank): string {
   return lines.join('\n');
 }
 
-/** The columns of the rank table: header, tooltip of the header, class of the cells. */
-const COLUMNS: [string, string, string][] = [
-  ['rank', 'rank, and its state as a colour: idle, busy, stalled (in a collective), dead', 'jp-HvdRank-rank'],
-  ['step', 'the last step the rank reported', 'jp-HvdRank-step'],
-  ['loss', 'the last loss the rank reported', 'jp-HvdRank-loss'],
-  ['c/w ms', 'milliseconds per step computing / waiting for the other ranks (recent mean)', 'jp-HvdRank-pace'],
-  ['load', 'GPU (or CPU) utilisation and memory', 'jp-HvdRank-usage'],
-  ['last line', "the rank's last output line (or what it waits in)", 'jp-HvdRank-line']
+/** The columns of the rank table: header (its word, then its unit), its tooltip, the class of its cells. */
+const COLUMNS: [string, string, string, string][] = [
+  ['rank', '', 'rank, and its state as a colour: idle, busy, stalled (in a collective), dead', 'jp-HvdRank-rank'],
+  ['step', '', "the step the rank is at in the running cell (as it reports it, else the steps timed)", 'jp-HvdRank-step'],
+  ['loss', '', 'the last loss the rank reported (report(), a progress bar, a printed line)', 'jp-HvdRank-loss'],
+  ['compute', 'ms', 'milliseconds per step computing, recent mean', 'jp-HvdRank-compute'],
+  ['wait', 'ms', 'milliseconds per step waiting for the other ranks in collectives, recent mean', 'jp-HvdRank-wait'],
+  ['load', '%, memory', 'GPU (or CPU) utilisation and memory', 'jp-HvdRank-usage']
 ];
 
-/** One table row per rank, one line high at the sidebar's default width; the rest is in its tooltip. */
-function rankRow(r: IRank, straggler: boolean): HTMLTableRowElement {
+/** A rank: its figures on one row, and under them, across the table, its last output line (wrapped) and, where
+ * the sidebar is too narrow for the load column, its load. The rest is in the row's tooltip. */
+function rankRows(r: IRank, straggler: boolean): HTMLTableRowElement[] {
   const row = el('tr', 'jp-HvdRank');
   row.dataset.rank = String(r.rank);
   row.dataset.state = r.state;
@@ -82,28 +85,45 @@ function rankRow(r: IRank, straggler: boolean): HTMLTableRowElement {
     row.dataset.straggler = 'true';
   }
   row.title = rankTitle(r);
-  const rankCell = el('td', COLUMNS[0][2]);
+  const rankCell = el('td', COLUMNS[0][3]);
   const dot = el('span', 'jp-HvdState jp-HvdState-dot');
   dot.dataset.state = r.state;
   dot.setAttribute('aria-label', r.state);
   rankCell.append(dot, String(r.rank));
-  const pace = el('td', COLUMNS[3][2], formatPace(r));
-  pace.title = paceTitle(r);
-  const stalled = r.state === 'stalled' && r.stalled_on;
-  const line = el('td', COLUMNS[5][2], stalled ? `waits in ${r.stalled_on}` : r.last_line || '');
+  const compute = el('td', COLUMNS[3][3], formatMs(r.compute_ms));
+  const wait = el('td', COLUMNS[4][3], formatMs(r.wait_ms));
+  compute.title = wait.title = paceTitle(r);
   row.append(
     rankCell,
-    el('td', COLUMNS[1][2], formatStep(r.step)),
-    el('td', COLUMNS[2][2], formatLossShort(r.loss)),
-    pace,
-    el('td', COLUMNS[4][2], formatUsage(r)),
-    line
+    el('td', COLUMNS[1][3], formatStep(r.step)),
+    el('td', COLUMNS[2][3], formatLossShort(r.loss)),
+    compute,
+    wait,
+    el('td', COLUMNS[5][3], formatUsage(r))
   );
-  return row;
+  const under = el('tr', 'jp-HvdRank-under');
+  under.dataset.rank = String(r.rank);
+  if (straggler) {
+    under.dataset.straggler = 'true';
+  }
+  under.title = row.title;
+  const cell = el('td', '');
+  cell.colSpan = COLUMNS.length;
+  const stalled = r.state === 'stalled' && r.stalled_on;
+  const load = el('span', 'jp-HvdRank-loadInline', formatUsage(r));
+  load.title = 'load: GPU (or CPU) utilisation and memory';
+  const said = stalled ? `waits in ${r.stalled_on}` : r.last_line || '';
+  cell.append(load);
+  if (said) {
+    cell.appendChild(el('span', 'jp-HvdRank-line', said));
+  }
+  under.appendChild(cell);
+  return [row, under];
 }
 
-/** One pool: title with state, its figures, the running cell, its buttons, and a table of its ranks. */
-export function renderPool(p: IPool): HTMLElement {
+/** One pool: title with state, its figures, the running cell, its buttons (none while an action asked for from
+ * here runs: `pending`), and a table of its ranks. */
+export function renderPool(p: IPool, pending?: IPending | null, now = Date.now()): HTMLElement {
   const box = el('div', 'jp-HvdPool');
   box.dataset.poolId = p.id;
   box.dataset.state = p.state;
@@ -112,10 +132,14 @@ export function renderPool(p: IPool): HTMLElement {
   name.title = `${p.notebook || p.id} (pool ${p.id}, kernel ${p.kernel_id})`;
   title.append(name, badge(p.state));
   box.appendChild(title);
-  const hosts = p.hosts.length ? p.hosts.join(', ') : '–';
-  box.appendChild(
-    el('div', 'jp-HvdPool-meta', `-np ${p.np} · ${p.backend || '–'} · ${hosts} · up ${formatDuration(p.uptime)}`)
+  const hosts = p.hosts.length > 2 ? `${p.hosts.slice(0, 2).join(', ')} +${p.hosts.length - 2}` : p.hosts.join(', ');
+  const meta = el(
+    'div',
+    'jp-HvdPool-meta',
+    `up ${formatDuration(p.uptime)} · ${p.np} ranks · ${p.backend || '–'} · ${hosts || '–'}`
   );
+  meta.title = `up: since the running engines started (a restart starts new ones); hosts: ${p.hosts.join(', ')}`;
+  box.appendChild(meta);
   if (p.stale) {
     box.appendChild(
       el('div', 'jp-HvdPool-meta', 'Its kernel died: what is left of the pool is killed shortly (or click Stop).')
@@ -127,7 +151,7 @@ export function renderPool(p: IPool): HTMLElement {
     box.appendChild(cell);
   }
   const actions = el('div', 'jp-HvdPool-actions');
-  const allowed = allowedActions(p);
+  const allowed = pending ? [] : allowedActions(p);
   for (const action of ['where', 'interrupt', 'restart', 'stop'] as const) {
     const button = el('button', 'jp-mod-styled jp-HvdPool-action', LABELS[action]);
     button.dataset.action = action;
@@ -142,6 +166,9 @@ export function renderPool(p: IPool): HTMLElement {
     actions.appendChild(button);
   }
   box.appendChild(actions);
+  if (pending) {
+    box.appendChild(el('div', 'jp-HvdPool-pending', pendingText(pending, now)));
+  }
   const kept = formatKept(p);
   if (kept) {
     box.appendChild(el('div', 'jp-HvdPool-meta jp-HvdPool-kept', kept));
@@ -160,22 +187,31 @@ export function renderPool(p: IPool): HTMLElement {
   }
   const table = el('table', 'jp-HvdRanks');
   const head = el('tr', '');
-  for (const [label, title, className] of COLUMNS) {
+  for (const [label, unit, title, className] of COLUMNS) {
     const th = el('th', className, label);
+    if (unit) {
+      th.appendChild(el('span', 'jp-HvdRanks-unit', unit));
+    }
     th.title = title;
     head.appendChild(th);
   }
   const thead = el('thead', '');
   thead.appendChild(head);
   const tbody = el('tbody', '');
-  p.ranks.forEach(r => tbody.appendChild(rankRow(r, p.straggler?.rank === r.rank)));
+  p.ranks.forEach(r => tbody.append(...rankRows(r, p.straggler?.rank === r.rank)));
   table.append(thead, tbody);
   box.appendChild(table);
   return box;
 }
 
-/** The whole list; a short explanation when there is no pool, or the last error when the server did not answer. */
-export function renderPools(target: HTMLElement, pools: IPool[], error?: string): void {
+/** The whole list; a short explanation when there is no pool, or the last error when the server did not answer.
+ * `pending`: the actions asked for from this sidebar that have not finished, by pool id. */
+export function renderPools(
+  target: HTMLElement,
+  pools: IPool[],
+  error?: string,
+  pending: Map<string, IPending> = new Map()
+): void {
   target.replaceChildren();
   if (error) {
     target.appendChild(el('div', 'jp-HvdSidebar-error', error));
@@ -185,5 +221,5 @@ export function renderPools(target: HTMLElement, pools: IPool[], error?: string)
       el('div', 'jp-HvdSidebar-empty', 'No jupyter-hvd pool is running. Start one in a notebook: %hvd_start -np 2')
     );
   }
-  pools.forEach(p => target.appendChild(renderPool(p)));
+  pools.forEach(p => target.appendChild(renderPool(p, pending.get(p.id))));
 }

@@ -2,7 +2,7 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
-import { Action, confirmation, IPool, IPoolList } from './model';
+import { Action, confirmation, IPending, IPool, IPoolList, pending, pendingDone } from './model';
 import { renderPools } from './render';
 import { requestAPI } from './request';
 
@@ -14,6 +14,8 @@ export class HvdSidebar extends Widget {
   readonly poll: Poll;
   pools: IPool[] = [];
   selected: string | null = null;
+  /** Actions asked for from here that have not finished, by pool id: that pool's buttons wait for them. */
+  pending = new Map<string, IPending>();
   private _list: HTMLElement;
   private _error = '';
 
@@ -44,6 +46,11 @@ export class HvdSidebar extends Widget {
       const data = await requestAPI<IPoolList>('pools');
       this.pools = data.pools;
       this._error = '';
+      for (const [id, job] of this.pending) {
+        if (pendingDone(job, this.pools.find(p => p.id === id) ?? null)) {
+          this.pending.delete(id);
+        }
+      }
     } catch (error) {
       this._error = `Could not reach the jupyter-hvd server extension: ${error}`;
       this._render();
@@ -55,7 +62,7 @@ export class HvdSidebar extends Widget {
   /** Carry out `action` on pool `poolId`, asking first when it would destroy the workers' state. */
   async act(poolId: string, action: Action): Promise<boolean> {
     const pool = this.pools.find(p => p.id === poolId);
-    if (!pool) {
+    if (!pool || this.pending.has(poolId)) {
       return false;
     }
     const question = confirmation(pool, action);
@@ -70,7 +77,15 @@ export class HvdSidebar extends Widget {
         return false;
       }
     }
-    await requestAPI(`pools/${encodeURIComponent(poolId)}/${action}`, { method: 'POST' });
+    this.pending.set(poolId, pending(pool, action)); // its buttons wait until the pool shows it is done
+    this._render();
+    try {
+      await requestAPI(`pools/${encodeURIComponent(poolId)}/${action}`, { method: 'POST' });
+    } catch (error) {
+      this.pending.delete(poolId);
+      this._render();
+      throw error;
+    }
     void this.poll.refresh();
     return true;
   }
@@ -85,7 +100,7 @@ export class HvdSidebar extends Widget {
   }
 
   private _render(): void {
-    renderPools(this._list, this.pools, this._error);
+    renderPools(this._list, this.pools, this._error, this.pending);
   }
 
   private _onClick = (event: MouseEvent): void => {

@@ -2,6 +2,8 @@ import { describe, expect, it } from 'vitest';
 
 import {
   allowedActions,
+  pending,
+  pendingDone,
   choosePool,
   confirmation,
   formatDuration,
@@ -38,13 +40,14 @@ describe('one-line rank figures', () => {
   it('keeps steps, losses, pace and load within their narrow columns', () => {
     expect([0, 1200, 99999, 123456, 2_500_000].map(formatStep)).toEqual(['0', '1200', '99999', '123k', '2.5M']);
     expect(formatStep(undefined)).toBe('–');
-    expect([0.123456, 12.3456, 0.0000123, 2, 0, 3.4e6].map(formatLossShort)).toEqual([
+    expect([0.123456, 12.3456, 0.0000123, 2, 0, 3.4e6, 0.008333].map(formatLossShort)).toEqual([
       '0.123',
       '12.3',
       '1.2e-5',
       '2.00',
       '0.00',
-      '3.4e+6'
+      '3.4e+6',
+      '0.0083'
     ]);
     expect(formatPace(rank({ compute_ms: 120.4, wait_ms: 30 }))).toBe('120/30');
     expect(formatPace(rank({ compute_ms: 2.04, wait_ms: 0.31 }))).toBe('2/0.3');
@@ -107,6 +110,7 @@ describe('actions', () => {
     expect(allowedActions(pool({ stale: true, state: 'stale' }))).toEqual(['stop']);
     expect(allowedActions(pool())).toEqual(['where', 'restart', 'stop']);
     expect(allowedActions(pool({ state: 'running' }))).toEqual(['where', 'interrupt', 'restart', 'stop']);
+    expect(allowedActions(pool({ state: 'restarting' }))).toEqual([]); // nothing while a restart runs
   });
 
   it('says what is kept, how many snapshots and the disk they take', () => {
@@ -123,5 +127,32 @@ describe('actions', () => {
     expect(choosePool([a, b], 'kz', 'hvd-1-1')?.id).toBe('hvd-1-1');
     expect(choosePool([a, b], null, null)).toBeNull();
     expect(choosePool([a, pool({ id: 'hvd-3-3', stale: true })], null, null)?.id).toBe('hvd-1-1');
+  });
+});
+
+describe('actions asked for from the sidebar', () => {
+  const at = (s: number) => s * 1000;
+
+  it('a restart is done when new engines run, an interrupt when the cell stopped, a stop when the pool is gone', () => {
+    const p = pool({ state: 'running' });
+    const restart = pending(p, 'restart', at(0));
+    expect(pendingDone(restart, pool({ state: 'restarting' }), at(2))).toBe(false);
+    expect(pendingDone(restart, pool({ state: 'idle' }), at(3))).toBe(false); // the same engines still
+    const fresh = pool({ state: 'idle', ranks: [rank({ pid: 5000 }), rank({ rank: 1, pid: 5001 })] });
+    expect(pendingDone(restart, fresh, at(4))).toBe(true);
+    const interrupt = pending(p, 'interrupt', at(0));
+    expect(pendingDone(interrupt, p, at(1))).toBe(false);
+    expect(pendingDone(interrupt, pool({ state: 'idle' }), at(1))).toBe(true);
+    expect(pendingDone(pending(p, 'stop', at(0)), null, at(1))).toBe(true);
+    const where = pending(p, 'where', at(0));
+    expect(pendingDone(where, p, at(1))).toBe(false);
+    const answer = { asked: 1795000000, why: 'the sidebar asked', full: false, text: 'rank 0: idle', places: ['idle'] };
+    expect(pendingDone(where, pool({ where: answer }), at(1))).toBe(true);
+  });
+
+  it('gives up waiting after a while, so the buttons come back', () => {
+    const p = pool({ state: 'running' });
+    expect(pendingDone(pending(p, 'interrupt', at(0)), p, at(21))).toBe(true);
+    expect(pendingDone(pending(p, 'restart', at(0)), pool({ state: 'restarting' }), at(181))).toBe(true);
   });
 });

@@ -14,7 +14,7 @@ describe('sidebar rendering', () => {
     expect(root.textContent).toContain('%hvd_start -np 2');
   });
 
-  it('shows each pool with its notebook, state, figures and one row per rank', () => {
+  it('shows each pool with its notebook, state, figures and, per rank, its figures and its last line under them', () => {
     const root = document.createElement('div');
     renderPools(root, [
       pool({
@@ -29,34 +29,33 @@ describe('sidebar rendering', () => {
     const box = root.querySelector('[data-pool-id="hvd-1-1"]') as HTMLElement;
     expect(box.dataset.state).toBe('running');
     expect(texts(box, '.jp-HvdPool-notebook')).toEqual(['train.ipynb']);
-    expect(box.querySelector('.jp-HvdPool-meta')!.textContent).toBe('-np 2 · MPI · node1 · up 2 min');
+    expect(box.querySelector('.jp-HvdPool-meta')!.textContent).toBe('up 2 min · 2 ranks · MPI · node1');
     expect(box.querySelector('.jp-HvdPool-cell')!.textContent).toContain('for epoch in range(100):');
     const rows = Array.from(box.querySelectorAll('tr.jp-HvdRank')) as HTMLElement[];
     expect(rows.map(r => r.dataset.state)).toEqual(['busy', 'stalled']);
     expect(rows.map(r => r.dataset.pid)).toEqual(['4242', '4243']);
-    expect(Array.from(rows[0].children).map(c => c.textContent)).toEqual([
-      '0',
-      '1200',
-      '0.123',
-      '–',
-      '98% 900M',
-      'epoch 3 loss 0.12'
-    ]);
-    expect(Array.from(rows[1].children).map(c => c.textContent)).toEqual(['1', '–', '–', '–', '1% 880M', '']);
+    expect(Array.from(rows[0].children).map(c => c.textContent)).toEqual(['0', '1200', '0.123', '–', '–', '98% 900M']);
+    expect(Array.from(rows[1].children).map(c => c.textContent)).toEqual(['1', '–', '–', '–', '–', '1% 880M']);
+    const under = Array.from(box.querySelectorAll('tr.jp-HvdRank-under')) as HTMLElement[];
+    expect(under.map(u => u.querySelector('.jp-HvdRank-line')?.textContent ?? null)).toEqual(['epoch 3 loss 0.12', null]);
+    expect((under[0].firstElementChild as HTMLTableCellElement).colSpan).toBe(6); // the whole width, wrapped
     expect((rows[0].querySelector('.jp-HvdState-dot') as HTMLElement).dataset.state).toBe('busy');
     expect(rows[0].title).toContain('host node1, pid 4242, device cpu');
     expect(rows[0].title).toContain('CPU 98% 900 MB · heartbeat 0 s ago');
     expect(rows[0].title).toContain('step 1200 · loss 0.1235');
     expect(rows[0].title).toContain('last line: epoch 3 loss 0.12');
-    expect(texts(box, 'th')).toEqual(['rank', 'step', 'loss', 'c/w ms', 'load', 'last line']);
+    // Headers in words, with their units under them.
+    expect(texts(box, 'th')).toEqual(['rank', 'step', 'loss', 'computems', 'waitms', 'load%, memory']);
+    expect(texts(box, 'th .jp-HvdRanks-unit')).toEqual(['ms', 'ms', '%, memory']);
     expect(box.querySelectorAll('.jp-HvdPool-warning').length).toBe(0);
   });
 
-  it('shows compute/wait per step with a title that says what the numbers are', () => {
+  it('shows compute and wait per step with a title that says what the numbers are', () => {
     const root = document.createElement('div');
     renderPools(root, [pool({ ranks: [rank({ compute_ms: 12.34, wait_ms: 3.06 }), rank({ rank: 1 })] })]);
-    const pace = Array.from(root.querySelectorAll('td.jp-HvdRank-pace')) as HTMLElement[];
-    expect(pace.map(p => p.textContent)).toEqual(['12/3.1', '–']);
+    const pace = Array.from(root.querySelectorAll('td.jp-HvdRank-compute')) as HTMLElement[];
+    expect(pace.map(p => p.textContent)).toEqual(['12', '–']);
+    expect(texts(root, 'td.jp-HvdRank-wait')).toEqual(['3.1', '–']);
     expect(pace[0].title).toBe(
       'per step (recent mean): 12.3 ms computing, 3.1 ms waiting for the other ranks in collectives'
     );
@@ -75,7 +74,7 @@ describe('sidebar rendering', () => {
         ]
       })
     ]);
-    expect(texts(root, 'td.jp-HvdRank-line')).toEqual([
+    expect(texts(root, '.jp-HvdRank-line')).toEqual([
       'epoch 9',
       'waits in allreduce.grad.fc1.weight',
       'waits in allreduce.grad.fc1.weight'
@@ -145,6 +144,20 @@ describe('sidebar rendering', () => {
     );
     expect(root.querySelector('.jp-HvdPool-wherePlaces')!.textContent).toContain("rank 1: in f()");
     expect(root.querySelector('.jp-HvdPool-kept')!.textContent).toBe('Kept: model · 1 snapshot · 1 MB on disk');
+  });
+
+  it("disables a pool's buttons while an action asked for from here runs, and says what it waits for", () => {
+    const root = document.createElement('div');
+    const p = pool({ id: 'hvd-1-1', state: 'running' });
+    const job = { action: 'restart' as const, since: 1000, pids: [4242, 4243], where: '' };
+    renderPools(root, [p, pool({ id: 'hvd-2-2' })], undefined, new Map([['hvd-1-1', job]]));
+    const disabled = (id: string) =>
+      Array.from(root.querySelectorAll(`button[data-pool-id="${id}"]`)).map(b => (b as HTMLButtonElement).disabled);
+    expect(disabled('hvd-1-1')).toEqual([true, true, true, true]);
+    expect(disabled('hvd-2-2')).toEqual([false, true, false, false]); // another pool's buttons are its own
+    expect(root.querySelector('[data-pool-id="hvd-1-1"] .jp-HvdPool-pending')!.textContent).toMatch(
+      /^Restarting the pool \(asked .* ago\)…$/
+    );
   });
 
   it('keeps showing the pools with an error line when the server stops answering', () => {

@@ -1,15 +1,18 @@
-// One plot panel of the live view, drawn by uPlot: for each metric that matches the panel's pattern (`--plot
-// loss,acc` makes two panels), its raw points faint and its smoothed curve solid. Drag to zoom into a range of
-// steps, double-click to see them all again, hover for the values at a step. The panel follows new points until
-// the user zooms, and takes no space until one of its metrics has a point.
+// One plot panel of the live view, drawn by uPlot: each curve's raw values as a solid line (what was reported, and
+// the last point is the last value), its smoothed trend as a broad translucent band under it, the x axis named after
+// what the training counts (step, epoch, samples, time) with whole-number ticks for counts. Drag to zoom into a range
+// of steps, double-click to see them all again, hover for the values at a step (raw first), click a legend entry to
+// hide or show its curve. The panel follows new points until the user zooms, and takes no space until one of its
+// metrics has a point.
 import uPlot from "uplot";
-import { formatNumber } from "./format.js";
+import { formatNumber, formatTick } from "./format.js";
 import { nearestIndex } from "./series.js";
+import { smoothingFor } from "./smooth.js";
 
-export const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"];
-const CHART_HEIGHT = 180; // px; the title line above it makes the panel about 200 px tall
-
-const gapOr = (v) => (Number.isFinite(v) ? v : null);
+export const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
+export const X_LABELS = { step: "step", epoch: "epoch", samples: "samples", time: "time (s)" };
+const COUNTS = new Set(["step", "epoch", "samples"]); // whole-number ticks
+const INTEGER_INCRS = [1, 2, 5].flatMap((m) => Array.from({ length: 10 }, (_, p) => m * 10 ** p)).sort((a, b) => a - b);
 
 /** Per series: is x non-decreasing from index `from` on, starting at or after `after`? */
 function increasing(s, from, after) {
@@ -29,19 +32,24 @@ function sortedCopy(s) {
 }
 
 /**
- * uPlot's columns for a panel's metrics: [x, raw 0, smoothed 0, raw 1, smoothed 1, ...] over the union of their
- * steps, extended as points arrive (a redraw costs the new points, not the whole table).
- * NaN and infinities are null, which uPlot draws as a gap. Where another metric has a step and this one has no
- * point, the value is undefined, which uPlot draws across; next to a gap it is null too, so that the gap reaches
- * this metric's own neighbouring points.
+ * uPlot's columns for a panel's curves: [x, raw 0, smoothed 0, raw 1, smoothed 1, ...] over the union of their steps,
+ * extended as points arrive (a redraw costs the new points, not the whole table). Each series carries `sm`, its
+ * smoothed values (NaN where it is not smoothed). NaN and infinities are null, which uPlot draws as a gap, and so is a
+ * value a log scale cannot show (`positive`). Where another curve has a step and this one has no point, the value is
+ * undefined, which uPlot draws across; next to a gap it is null too, so the gap reaches this curve's own points.
  */
 export class AlignedColumns {
-  constructor(series) {
+  constructor(series, positive = false) {
     this.series = series;
+    this.positive = positive;
     this.taken = series.map(() => 0);
     this.data = [[], ...series.flatMap(() => [[], []])];
     if (this.append() < 0) this.merge(series.map(sortedCopy), series.map(() => 0));
     this.taken = series.map((s) => s.n);
+  }
+
+  value(v) {
+    return Number.isFinite(v) && (!this.positive || v > 0) ? v : null;
   }
 
   /** Take the points that arrived since; returns how many, or -1 when one lies before the last step drawn
@@ -72,8 +80,8 @@ export class AlignedColumns {
         x.push(s.x[i]);
         for (let c = 1; c < this.data.length; c++) this.data[c].push(undefined);
       }
-      this.put(1 + 2 * k, gapOr(s.y[i]));
-      this.put(2 + 2 * k, gapOr(s.sm[i]));
+      this.put(1 + 2 * k, this.value(s.y[i]));
+      this.put(2 + 2 * k, this.value(s.sm[i]));
       added += 1;
     }
   }
@@ -95,93 +103,151 @@ function themeColour(el, name, fallback) {
   return value || fallback;
 }
 
-/** The plot of the metrics matching `pattern`, appended to `el`; draw() brings it up to date with `store`. */
+/** `loss`, or `loss · rank 1` where several ranks are shown. */
+export function curveLabel(s, manyRanks) {
+  return manyRanks ? `${s.name} · rank ${s.rank}` : s.name;
+}
+
+/**
+ * The panel `title` of a view: its curves are the store's series of the metric names `setNames()` gave. `settings`
+ * (shared by the view's panels): { smoothing: null (automatic) or a weight, logY, manyRanks }. draw() brings the
+ * chart up to date with the store and the settings.
+ */
 export class PlotPanel {
-  constructor(el, store, pattern, height = CHART_HEIGHT) {
+  constructor(el, store, title, settings, height = 190) {
     const doc = el.ownerDocument;
     this.store = store;
-    this.pattern = pattern;
+    this.title = title;
+    this.names = [];
+    this.settings = settings;
     this.height = height;
     this.zoom = null; // [x0, x1] while zoomed
+    this.hidden = new Set(); // keys of curves the user hid from the legend
     this.plot = null;
     this.columns = null;
+    this.shape = "";
+    this.xTicks = [];
     this.root = doc.createElement("div");
     this.root.className = "jhvd-plot";
     this.root.style.display = "none";
     this.root.dataset.points = "0";
+    this.root.dataset.panel = title;
     const head = doc.createElement("div");
     head.className = "jhvd-plot-head";
-    this.title = doc.createElement("span");
-    this.title.className = "jhvd-plot-title";
+    this.titleEl = doc.createElement("span");
+    this.titleEl.className = "jhvd-plot-title";
     this.legend = doc.createElement("span");
     this.legend.className = "jhvd-legend";
-    head.append(this.title, this.legend);
+    head.append(this.titleEl, this.legend);
     this.chart = doc.createElement("div");
     this.chart.className = "jhvd-chart";
     this.readout = doc.createElement("div");
     this.readout.className = "jhvd-readout";
     this.root.append(head, this.chart, this.readout);
     el.appendChild(this.root);
+    this.legend.addEventListener("click", (e) => this.toggle(e.target.closest?.("[data-key]")?.dataset.key));
     const Observer = doc.defaultView?.ResizeObserver;
     this.resizeObserver = Observer ? new Observer(() => this.fit()) : null;
     this.resizeObserver?.observe(this.root);
     this.showTitle();
   }
 
+  setNames(names) {
+    this.names = names;
+  }
+
   get width() {
     return Math.max(200, this.chart.clientWidth || 600);
   }
 
-  /** Bring the chart up to date with the store: new points appended, a new metric or a reset curve redrawn. */
+  /** The panel's curves, each with its smoothed values for the current settings. */
+  curves() {
+    const series = this.store.ofNames(this.names).filter((s) => s.n > 0);
+    for (const s of series) this.store.smoothed(s, smoothingFor(s.n, this.settings.smoothing));
+    return series;
+  }
+
+  /** Bring the chart up to date: new points appended, a new curve or a changed setting redrawn. */
   draw() {
-    const series = this.store.matching(this.pattern).filter((s) => s.n > 0);
+    const series = this.curves();
     this.root.dataset.points = String(series.reduce((a, s) => a + s.n, 0));
     this.root.style.display = series.length ? "" : "none";
     if (!series.length) return;
-    const same = this.columns?.series.length === series.length && this.columns.series.every((s, k) => s === series[k]);
+    const weights = series.map((s) => s.smWeight).join(",");
+    const shape = [series.map((s) => s.key).join("\n"), series[0].xKind, this.settings.logY].join("|");
+    const same =
+      this.columns &&
+      this.shape === shape &&
+      this.weights === weights &&
+      this.columns.series.every((s, k) => s === series[k]); // a reset curve is a new object
     const added = same ? this.columns.append() : -1;
-    if (added === 0) return;
-    if (added < 0) this.columns = new AlignedColumns(series);
-    const names = series.map((s) => s.name).join("\n");
-    if (!this.plot || this.plotNames !== names) {
+    if (added < 0) this.columns = new AlignedColumns(series, this.settings.logY);
+    this.weights = weights;
+    if (!this.plot || this.shape !== shape) {
       this.plot?.destroy();
+      this.shape = shape;
       this.plot = this.createPlot(series);
-      this.plotNames = names;
-    } else if (this.zoom) {
-      this.plot.setData(this.columns.data, false);
-      this.plot.setScale("x", { min: this.zoom[0], max: this.zoom[1] });
-    } else {
-      this.plot.setData(this.columns.data);
+    } else if (added !== 0) {
+      this.plot.setData(this.columns.data, !this.zoom);
+      if (this.zoom) this.plot.setScale("x", { min: this.zoom[0], max: this.zoom[1] });
     }
-    this.legend.replaceChildren(
-      ...series.map((s, k) => {
-        const item = this.root.ownerDocument.createElement("span");
-        item.className = "jhvd-legend-item";
-        item.style.color = COLOURS[k % COLOURS.length];
-        item.textContent = `${s.name} ${formatNumber(s.y[s.n - 1])}`;
-        return item;
-      }),
-    );
+    this.showLegend(series);
+    const last = {};
+    const lastSmoothed = {};
+    for (const s of series) {
+      last[s.key] = s.y[s.n - 1];
+      lastSmoothed[s.key] = s.smWeight > 0 ? s.sm[s.n - 1] : s.y[s.n - 1];
+    }
+    Object.assign(this.root.dataset, {
+      last: JSON.stringify(last),
+      lastSmoothed: JSON.stringify(lastSmoothed),
+      xLabel: X_LABELS[series[0].xKind] ?? series[0].xKind,
+    });
   }
 
   createPlot(series) {
     const text = themeColour(this.root, "--jp-ui-font-color2", "#666");
     const grid = themeColour(this.root, "--jp-border-color2", "#e3e3e3");
-    const axis = { stroke: text, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
+    const font = `11px ${themeColour(this.root, "--jp-ui-font-family", "sans-serif")}`;
+    const axis = { stroke: text, font, labelFont: font, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
+    const kind = series[0].xKind;
+    const xAxis = {
+      ...axis,
+      label: X_LABELS[kind] ?? kind,
+      size: 28,
+      labelSize: 14,
+      labelGap: 0,
+      values: (u, splits) => splits.map(formatTick),
+    };
+    if (COUNTS.has(kind)) {
+      xAxis.incrs = INTEGER_INCRS;
+      xAxis.splits = (u, i, min, max, incr) => {
+        const step = Math.max(1, Math.round(incr));
+        const out = [];
+        for (let v = Math.ceil(min / step) * step; v <= max; v += step) out.push(v);
+        this.xTicks = out;
+        return out;
+      };
+    }
     const opts = {
       width: this.width,
       height: this.height,
       legend: { show: false }, // the head shows the latest values, the readout the values under the pointer
-      cursor: { y: false, drag: { x: true, y: false, setScale: true } },
-      scales: { x: { time: false } },
-      axes: [axis, { ...axis, size: 56 }],
+      cursor: { y: false, drag: { x: true, y: false, setScale: true }, points: { size: 7 } },
+      // A log scale spans the values (uPlot's own snaps to whole decades, a loss from 1 to 0.15 then fills a third).
+      scales: {
+        x: { time: false },
+        y: this.settings.logY ? { distr: 3, log: 10, range: (u, min, max) => [min / 1.15, max * 1.15] } : {},
+      },
+      axes: [xAxis, { ...axis, size: 58, values: (u, splits) => splits.map((v) => this.yTick(v)) }],
       series: [
-        { label: "step" },
+        { label: X_LABELS[kind] ?? kind },
         ...series.flatMap((s, k) => {
           const stroke = COLOURS[k % COLOURS.length];
+          const show = !this.hidden.has(s.key);
           return [
-            { label: s.name, stroke, width: 1, alpha: 0.3, points: { show: false } },
-            { label: `${s.name} (smoothed)`, stroke, width: 1.6 },
+            { label: s.name, stroke, width: 1.5, show, points: { size: 4, fill: stroke } }, // marked while sparse
+            { label: `${s.name} (smoothed)`, stroke, width: 4, alpha: 0.3, show, points: { show: false } },
           ];
         }),
       ],
@@ -195,6 +261,7 @@ export class PlotPanel {
           },
         ],
         setCursor: [(u) => this.showReadout(u)],
+        draw: [() => (this.root.dataset.xTicks = this.xTicks.join(","))], // what the axis shows, for tests and tools
       },
     };
     const plot = new uPlot(opts, this.columns.data, this.chart);
@@ -206,6 +273,46 @@ export class PlotPanel {
     return plot;
   }
 
+  /** A y tick's label; on a log scale only 1, 2 and 5 times a power of ten (uPlot's minor ticks come as null). */
+  yTick(v) {
+    if (v === null || v === undefined) return "";
+    if (this.settings.logY && v > 0) {
+      const mantissa = Math.round((v / 10 ** Math.floor(Math.log10(v) + 1e-9)) * 1000) / 1000;
+      if (![1, 2, 5].includes(mantissa)) return "";
+    }
+    return formatNumber(v);
+  }
+
+  showLegend(series) {
+    const doc = this.root.ownerDocument;
+    this.legend.replaceChildren(
+      ...series.map((s, k) => {
+        const item = doc.createElement("button");
+        item.type = "button";
+        item.className = "jhvd-legend-item";
+        item.dataset.key = s.key;
+        item.style.setProperty("--jhvd-colour", COLOURS[k % COLOURS.length]);
+        item.setAttribute("aria-pressed", String(!this.hidden.has(s.key)));
+        item.title = this.hidden.has(s.key) ? "show this curve" : "hide this curve";
+        item.textContent = `${curveLabel(s, this.settings.manyRanks)} ${formatNumber(s.y[s.n - 1])}`;
+        return item;
+      }),
+    );
+  }
+
+  toggle(key) {
+    if (!key || !this.plot) return;
+    if (this.hidden.has(key)) this.hidden.delete(key);
+    else this.hidden.add(key);
+    const k = this.columns.series.findIndex((s) => s.key === key);
+    if (k >= 0) {
+      const show = !this.hidden.has(key);
+      this.plot.setSeries(1 + 2 * k, { show });
+      this.plot.setSeries(2 + 2 * k, { show });
+    }
+    this.showLegend(this.columns.series);
+  }
+
   fit() {
     if (this.plot && this.root.style.display !== "none" && this.plot.width !== this.width) {
       this.plot.setSize({ width: this.width, height: this.height });
@@ -213,7 +320,8 @@ export class PlotPanel {
   }
 
   showTitle() {
-    this.title.textContent = this.pattern + (this.zoom ? "  (zoomed: double-click to reset)" : "");
+    const scale = this.settings.logY ? " (log scale)" : "";
+    this.titleEl.textContent = this.title + scale + (this.zoom ? "  (zoomed: double-click to reset)" : "");
   }
 
   showReadout(u) {
@@ -221,22 +329,29 @@ export class PlotPanel {
     this.readout.textContent = i === null || i === undefined || u.cursor.left < 0 ? "" : this.readoutText(u.data[0][i]);
   }
 
-  /** `step 120 · loss 0.41 (smoothed 0.44)` for the points nearest to x. */
+  /** `step 120 · loss 0.41 · smoothed 0.44`: for the points nearest to x, the raw value first. */
   readoutText(x) {
     const parts = [];
     let at = null;
-    for (const s of this.store.matching(this.pattern)) {
+    const series = this.columns?.series ?? [];
+    for (const s of series) {
+      if (this.hidden.has(s.key)) continue;
       const i = nearestIndex(s.x, s.n, x);
       if (i < 0) continue;
       at = at ?? s.x[i];
-      parts.push(`${s.name} ${formatNumber(s.y[i])} (smoothed ${formatNumber(s.sm[i])})`);
+      const smoothed = s.smWeight > 0 ? ` (smoothed ${formatNumber(s.sm[i])})` : "";
+      parts.push(`${curveLabel(s, this.settings.manyRanks)} ${formatNumber(s.y[i])}${smoothed}`);
     }
-    return at === null ? "" : [`step ${formatNumber(at)}`, ...parts].join(" · ");
+    if (at === null) return "";
+    const kind = series[0]?.xKind ?? "step";
+    if (parts.length === 1) parts[0] = parts[0].replace(/ \(smoothed (.*)\)$/, " · smoothed $1");
+    return [`${X_LABELS[kind] ?? kind} ${formatTick(at)}`, ...parts].join(" · ");
   }
 
   destroy() {
     this.resizeObserver?.disconnect();
     this.plot?.destroy();
     this.plot = null;
+    this.root.remove();
   }
 }

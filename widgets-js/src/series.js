@@ -1,10 +1,36 @@
-// The points of each metric as they arrive from the kernel, with their smoothed curve kept up to date.
-import { SMOOTHING, Smoother } from "./smooth.js";
+// The points of each curve (a metric of a rank) as they arrive, their smoothed values, and which panel shows them.
+import { Smoother } from "./smooth.js";
+
+// A metric's family: `val_loss` and `test_loss` are drawn with `loss` (jupyter_hvd/widgets/curves.py SPLITS).
+export const SPLITS = ["train", "training", "val", "valid", "validation", "test", "eval"];
 
 /** Whether metric `name` belongs in the plot for `pattern` (`loss` matches `val_loss`), as in curves.py. */
 export function plotMatches(pattern, name) {
   const p = pattern.trim().toLowerCase();
   return name === p || name.split("_").some((w) => w.startsWith(p));
+}
+
+/** The panel a metric is drawn in when every metric is plotted, as curves.py family(). */
+export function family(name) {
+  const i = name.indexOf("_");
+  if (i < 0) return name;
+  const head = name.slice(0, i);
+  const rest = name.slice(i + 1);
+  return rest && SPLITS.includes(head) ? rest : name;
+}
+
+/** [title, metric names] per panel, in the order metrics first came, as curves.py panels(). */
+export function panels(names, patterns) {
+  if (patterns.length === 1 && patterns[0] === "all") {
+    const order = new Map();
+    for (const name of names) {
+      const f = family(name);
+      if (!order.has(f)) order.set(f, []);
+      order.get(f).push(name);
+    }
+    return [...order.entries()];
+  }
+  return patterns.map((p) => [p, names.filter((n) => plotMatches(p, n))]);
 }
 
 function grow(arr, need) {
@@ -14,20 +40,30 @@ function grow(arr, need) {
   return next;
 }
 
-/** Points per metric in growable float64 arrays: x, y and the smoothed y (NaN/Inf kept, a gap when drawn). */
+/** Points per curve in growable float64 arrays: x and y (NaN/Inf kept, a gap when drawn), and the smoothed y. */
 export class SeriesStore {
-  constructor(smoothing = SMOOTHING) {
-    this.smoothing = smoothing;
-    this.series = new Map();
+  constructor() {
+    this.series = new Map(); // key ("loss@0") -> { key, name, rank, xKind, n, x, y, ... }
   }
 
   /** Append points that start at index `start`; returns false when points are missing (a gap). */
-  apply(name, start, reset, xs, ys) {
-    let s = this.series.get(name);
+  apply(key, start, reset, xs, ys, meta = {}) {
+    let s = this.series.get(key);
     if (!s || reset) {
-      s = { name, n: 0, x: new Float64Array(64), y: new Float64Array(64), sm: new Float64Array(64) };
-      s.smoother = new Smoother(this.smoothing);
-      this.series.set(name, s);
+      s = {
+        key,
+        name: meta.name ?? key.split("@")[0],
+        rank: meta.rank ?? 0,
+        xKind: meta.xKind ?? "step",
+        n: 0,
+        x: new Float64Array(64),
+        y: new Float64Array(64),
+        sm: new Float64Array(64),
+        smN: 0,
+        smWeight: null,
+        smoother: null,
+      };
+      this.series.set(key, s);
     }
     if (start > s.n) return false;
     const skip = s.n - start; // points already here (a repeated message)
@@ -35,18 +71,35 @@ export class SeriesStore {
     if (add <= 0) return true;
     s.x = grow(s.x, s.n + add);
     s.y = grow(s.y, s.n + add);
-    s.sm = grow(s.sm, s.n + add);
     for (let i = skip; i < xs.length; i++) {
       s.x[s.n] = xs[i];
       s.y[s.n] = ys[i];
-      s.sm[s.n] = s.smoother.push(ys[i]);
       s.n += 1;
     }
     return true;
   }
 
-  matching(pattern) {
-    return [...this.series.values()].filter((s) => plotMatches(pattern, s.name));
+  /** The smoothed values of series `s` with `weight` (0: none), kept up to date as points arrive. */
+  smoothed(s, weight) {
+    if (s.smWeight !== weight) {
+      s.smWeight = weight;
+      s.smN = 0;
+      s.smoother = new Smoother(weight);
+    }
+    s.sm = grow(s.sm, s.n);
+    for (; s.smN < s.n; s.smN++) s.sm[s.smN] = weight > 0 ? s.smoother.push(s.y[s.smN]) : NaN;
+    return s.sm;
+  }
+
+  /** Metric names in the order they first came. */
+  names() {
+    return [...new Set([...this.series.values()].map((s) => s.name))];
+  }
+
+  /** The curves of metrics `names`, every rank's, metric by metric. */
+  ofNames(names) {
+    const all = [...this.series.values()];
+    return names.flatMap((n) => all.filter((s) => s.name === n).sort((a, b) => a.rank - b.rank));
   }
 }
 

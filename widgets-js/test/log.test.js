@@ -17,8 +17,8 @@ describe("ansiToHtml", () => {
   });
 });
 
-function delta(lines, partials = [], total = null) {
-  return { append: lines.map((t) => [t, "stdout"]), partials: partials.map((t) => [t, "stderr"]), total };
+function delta(lines, partials = [], total = null, rank = 0) {
+  return { append: lines.map((t) => [t, "stdout", rank]), partials: partials.map((t) => [t, "stderr", rank]), total };
 }
 
 describe("LogModel", () => {
@@ -61,7 +61,7 @@ describe("LogView", () => {
     const bars = el.querySelectorAll(".jhvd-partial");
     expect(bars.length).toBe(1);
     expect(bars[0].textContent).toBe("100%|####| 100/100");
-    expect(bars[0].classList.contains("jhvd-stderr")).toBe(true);
+    expect(bars[0].classList.contains("jhvd-stderr")).toBe(false); // a bar on stderr is progress, not an error
   });
 
   it("caps the lines and says how many were dropped", () => {
@@ -84,6 +84,38 @@ describe("LogView", () => {
     const log = new LogModel(5);
     const view = new LogView(el, log);
     view.update(log.apply(delta(["\x1b[32mok\x1b[0m"], [], 1)));
-    expect(el.querySelector(".jhvd-line span").style.color).toBeTruthy();
+    expect(el.querySelector(".jhvd-line-text span").style.color).toBeTruthy();
+  });
+});
+
+describe("LogView with several ranks", () => {
+  function twoRanks() {
+    const el = document.createElement("div");
+    document.body.appendChild(el);
+    const log = new LogModel(100);
+    const view = new LogView(el, log, [0, 1]);
+    view.update(log.apply({ append: [["epoch 0 loss=1.0", "stdout", 0], ["rank 1 ready", "stdout", 1], ["epoch 1 loss=0.5", "stdout", 0], ["Warning: slow", "stderr", 1]], partials: [], total: 4 }));
+    return { el, view };
+  }
+  const shown = (el) => [...el.querySelectorAll(".jhvd-log-lines .jhvd-line")].map((d) => [d.dataset.rank, d.querySelector(".jhvd-line-text").textContent]);
+
+  it("draws each rank's lines in its own lane, with its number", () => {
+    const { el } = twoRanks();
+    const lines = [...el.querySelectorAll(".jhvd-log-lines .jhvd-line")];
+    expect(lines.map((d) => d.querySelector(".jhvd-rank-badge").textContent)).toEqual(["0", "1", "0", "1"]);
+    expect(lines[1].style.getPropertyValue("--jhvd-lane")).not.toBe(lines[0].style.getPropertyValue("--jhvd-lane"));
+    expect([...el.querySelectorAll(".jhvd-tab")].map((t) => t.textContent)).toEqual(["all ranks", "rank 0", "rank 1"]);
+  });
+
+  it("shows one rank's lines in its tab, and the lines that contain the search", () => {
+    const { el, view } = twoRanks();
+    el.querySelector('.jhvd-tab[data-tab="1"]').click();
+    expect(shown(el)).toEqual([["1", "rank 1 ready"], ["1", "Warning: slow"]]);
+    el.querySelector('.jhvd-tab[data-tab="all"]').click();
+    view.search.value = "LOSS";
+    view.search.dispatchEvent(new Event("input"));
+    expect(shown(el)).toEqual([["0", "epoch 0 loss=1.0"], ["0", "epoch 1 loss=0.5"]]);
+    expect(el.querySelectorAll(".jhvd-line mark").length).toBe(2);
+    expect(el.querySelector(".jhvd-found").textContent).toBe("2 lines");
   });
 });

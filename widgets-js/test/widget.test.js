@@ -30,7 +30,7 @@ describe("the live view widget", () => {
       seq,
       full: false,
       curves: [{ name: "loss", start, reset: false, n: xs.length }],
-      log: { append: lines.map((l) => [l, "stdout"]), partials: [[partial, "stderr"]], total: seq },
+      log: { append: lines.map((l) => [l, "stdout", 0]), partials: [[partial, "stderr", 0]], total: seq },
       status: { state: "running", ranks: 2, step: xs.at(-1), total: 10, samples_per_s: 64, eta: 3, elapsed: 1 },
     });
     model.emit("msg:custom", update(1, 0, [0, 1], [2, 1.5], ["epoch 0"], " 20%|##"), [f64([0, 1]), f64([2, 1.5])]);
@@ -96,12 +96,12 @@ describe("Store", () => {
       seq,
       full: false,
       curves: [{ name: "loss", start, reset: false, n: xs.length }],
-      log: { append: [[`seq ${seq}`, "stdout"]], partials: [], total: seq },
+      log: { append: [[`seq ${seq}`, "stdout", 0]], partials: [], total: seq },
       status: { state: "running", ranks: 2, step: xs.at(-1), elapsed: 1 },
     });
     expect(store.handle(msg(1, 0, [0, 1], [2, 1]), [buf([0, 1]), buf([2, 1])])).toBe(true);
     expect(store.handle(msg(2, 2, [2], [0.5]), [buf([2]), buf([0.5])])).toBe(true);
-    expect(store.series.series.get("loss").n).toBe(3);
+    expect(store.series.series.get("loss@0").n).toBe(3);
     expect(store.handle(msg(4, 5, [5], [0.1]), [buf([5]), buf([0.1])])).toBe(false);
   });
 });
@@ -123,7 +123,60 @@ describe("Store buffers", () => {
     store.handle(msg(1, 0), [f64([0]), f64([2])]);
     store.handle(msg(2, 1), [new DataView(f64([1])), shifted]);
     store.handle(msg(3, 2), [new Float64Array([2]), new Float64Array([3])]);
-    const loss = store.series.series.get("loss");
+    const loss = store.series.series.get("loss@0");
     expect(Array.from(loss.y.subarray(0, loss.n))).toEqual([2, 1.5, 3]);
+  });
+});
+
+describe("the user's choices", () => {
+  it("sends the smoothing slider and the log scale to the kernel, which keeps them in the finished view", async () => {
+    const state = { view_id: "v4", plots: ["all"], ranks: [0], log_lines: 100, updates: 0, smoothing: null, log_y: false };
+    const model = { ...fakeModel(state), set: (k, v) => (state[k] = v), save_changes: () => (state.saved = true) };
+    widget.initialize({ model });
+    const el = document.createElement("div");
+    document.body.appendChild(el);
+    widget.render({ model, el });
+    const xs = Array.from({ length: 30 }, (_, i) => i);
+    const msg = {
+      type: "update", seq: 1, full: false, log: null, status: { state: "running", ranks: 2, elapsed: 1 },
+      curves: [{ key: "loss@0", name: "loss", rank: 0, x_kind: "step", start: 0, reset: false, n: 30 }],
+    };
+    model.emit("msg:custom", msg, [f64(xs), f64(xs.map((i) => 1 / (i + 1)))]);
+    await frame();
+    expect(el.querySelector(".jhvd-smoothing output").textContent).toBe("0.60"); // automatic from 20 points
+    const slider = el.querySelector(".jhvd-smoothing input");
+    slider.value = "0.9";
+    slider.dispatchEvent(new Event("input"));
+    el.querySelector(".jhvd-toggle").click();
+    expect([state.smoothing, state.log_y, state.saved]).toEqual([0.9, true, true]);
+    await frame();
+    expect(el.querySelector(".jhvd-plot-title").textContent).toBe("loss (log scale)");
+  });
+});
+
+describe("the finished view", () => {
+  it("draws a saved cell's curves, status and log from its data, with no kernel", async () => {
+    const { renderSaved } = await import("../src/saved.js");
+    const el = document.createElement("div");
+    document.body.appendChild(el);
+    renderSaved(el, {
+      version: 1,
+      plots: ["all"],
+      ranks: [0, 1],
+      smoothing: null,
+      log_y: false,
+      status: { state: "done", ranks: 2, step: 2, total: 3, elapsed: 4, text: "finished" },
+      curves: [
+        { name: "loss", rank: 0, x_kind: "epoch", x: [0, 1, 2], y: [1, null, 0.25], points: 3 },
+        { name: "acc", rank: 0, x_kind: "epoch", x: [0, 1, 2], y: [0.5, 0.7, 0.8], points: 3 },
+      ],
+      log: { append: [["epoch 0", "stdout", 0], ["hello from 1", "stdout", 1]], partials: [], total: 2 },
+    });
+    await frame();
+    const panels = [...el.querySelectorAll(".jhvd-plot")].map((p) => [p.dataset.panel, p.dataset.points, p.dataset.xLabel]);
+    expect(panels).toEqual([["loss", "3", "epoch"], ["acc", "3", "epoch"]]);
+    expect(JSON.parse(el.querySelector(".jhvd-plot").dataset.last)["loss@0"]).toBe(0.25);
+    expect(el.querySelector(".jhvd-status").textContent).toBe("✓ finished · 2 ranks · step 2/3 · 0:04 elapsed");
+    expect([...el.querySelectorAll(".jhvd-tab")].map((t) => t.textContent)).toEqual(["all ranks", "rank 0", "rank 1"]);
   });
 });

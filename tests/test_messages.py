@@ -1,0 +1,74 @@
+"""How a failed `%%hvd` cell reads in a real kernel on a real 2-rank pool: IPython's own forms (`Cell In[4], line 3`
+with the prompt's number), one line numbering for syntax and runtime errors (the `%%hvd` line is line 1, as the
+notebook numbers the cell), each explanation said once, no hard line breaks in a sentence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from conftest import Kernel
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(scope="module")
+def k() -> Iterator[Kernel]:
+    """A real kernel with a 2-rank pool; the cells show text (what a test reads), as nbclient's would."""
+    kernel = Kernel()
+    try:
+        r = kernel.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
+        assert r.status == "ok", r.error_text
+        yield kernel
+    finally:
+        kernel.run("%hvd_stop", timeout=60)
+        kernel.shutdown()
+
+
+def said(r: object) -> str:
+    """Everything a cell showed, as plain text: its streams and its error."""
+    return ANSI.sub("", r.stdout + r.stderr + r.error_text)  # type: ignore[attr-defined]
+
+
+def prompt(k: Kernel) -> int:
+    """The execution count the next cell gets."""
+    return int(k.run("get_ipython().execution_count").outputs[-1]["execution_count"]) + 1
+
+
+def test_a_runtime_error_names_the_prompt_and_the_notebooks_line(k: Kernel) -> None:
+    n = prompt(k)
+    r = k.run("%%hvd\nx = 1\ny = 2\nundefined_name\n")
+    text = said(r)
+    assert r.status == "error"
+    assert f"Cell In[{n}], line 4" in text, text  # %%hvd is line 1, undefined_name line 4
+    assert "<hvd-cell-" not in text, text
+    assert text.count("NameError: name 'undefined_name' is not defined") == 2, text  # headline, traceback's end
+
+
+def test_syntax_and_runtime_errors_count_lines_alike(k: Kernel) -> None:
+    n = prompt(k)
+    syntax = said(k.run("%%hvd\nx = 1\ny = (2,\n"))
+    assert f"Cell In[{n}], line 3" in syntax, syntax
+    runtime = said(k.run("%%hvd\nx = 1\ny = 1 / 0\n"))
+    assert f"Cell In[{n + 1}], line 3" in runtime, runtime
+
+
+def test_a_function_of_an_earlier_cell_is_named_by_its_cell(k: Kernel) -> None:
+    defined = prompt(k)
+    assert k.run("%%hvd\ndef explode(x):\n    return x / 0\n").status == "ok"
+    n = prompt(k)
+    text = said(k.run("%%hvd\nexplode(rank)\n"))
+    assert f"Cell In[{n}], line 2" in text and f"Cell In[{defined}], line 3, in explode()" in text, text
+
+
+def test_mismatched_collectives_are_explained_once(k: Kernel) -> None:
+    r = k.run("%%hvd\nhvd.allreduce(torch.ones(2), name=f'different_{rank}')\n", timeout=180)
+    text = said(r)
+    assert "Collectives did not match" in text and "The pool was restarted in" in text, text
+    assert text.count("Every rank must run the same collectives in the same order") == 1, text
+    assert text.count("rank 0 waits in 'different_0'") == 1, text
+    # Sentences are the front end's to wrap: a line ends only where a message or a paragraph does.
+    assert not re.search(r"[a-z,]\n[a-z]", text), text
+    assert k.run("%%hvd\nprint(rank)").status == "ok"
