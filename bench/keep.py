@@ -1,6 +1,7 @@
 """What keeping a model across restarts costs, and how fast a crash is trained again (2 CPU ranks).
 
     python bench/keep.py [--params 25] [--window 60] [--rounds 3]
+    python bench/keep.py --fsdp [--params 25] [--rounds 5]
 
 - snapshot at a cell's end: a ~25 M-parameter MLP with Adam kept (%hvd_keep model opt); what the training thread
   waits for (each rank's copy) and what the background write takes, from the ranks' own timing;
@@ -13,7 +14,11 @@
   restored snapshot (restart, setup replay, restore), against a plain %hvd_start of the same pool, and against a
   plain start followed by the setup cell and a first step (how a user got training again before, weights lost).
 
-Prints a table and writes bench/results/keep.json.
+With --fsdp, the same MLP sharded with FSDP2 (`fully_shard`) on a --torch-distributed pool, Adam over its DTensors
+(%hvd_keep model opt): per snapshot (one step, then the cell's end) what the training thread waits for and what the
+background write takes, a %hvd_rewind of it, and a %hvd_restart that restores it (medians of --rounds).
+
+Prints a table and writes bench/results/keep.json (keep_fsdp.json with --fsdp).
 """
 
 from __future__ import annotations
@@ -61,6 +66,22 @@ while True:
         break
 print(f"RATE {{n / (time.perf_counter() - t0):.4f}}")
 """
+
+
+FSDP_SETUP = """%%hvd --setup
+from torch.distributed.fsdp import fully_shard
+hidden = {hidden}
+model = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden // 2))
+for layer in model:
+    if isinstance(layer, torch.nn.Linear):
+        fully_shard(layer)
+fully_shard(model)
+opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+x = torch.randn(16, hidden)
+y = torch.randn(16, hidden // 2)
+print("params", sum(p.numel() for p in model.parameters()))
+"""
+STEP = "%%hvd\nopt.zero_grad(); torch.nn.functional.mse_loss(model(x), y).backward(); opt.step()"
 
 
 def run(k: Kernel, code: str, timeout: float = 600) -> str:
@@ -132,14 +153,71 @@ def restore_memory(k: Kernel) -> list[dict]:
     ]
 
 
+def newest_snapshot(k: Kernel, after: int, timeout: float = 120) -> tuple[int, float, float, str]:
+    """(number, seconds the training thread waited, seconds written in the background, size) of the newest snapshot,
+    once one newer than `after` is written on every rank."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listing = run(k, "%hvd_keep")
+        found = re.search(r"Last snapshot \(#(\d+)\).*ago, (\S+ \S+) \(training waited (\S+) s.* in (\S+) s", listing)
+        if found and int(found.group(1)) > after:
+            return int(found.group(1)), float(found.group(3)), float(found.group(4)), found.group(2)
+        time.sleep(0.2)
+    raise RuntimeError(f"no snapshot after #{after} within {timeout} s")
+
+
+def fsdp(args: argparse.Namespace, hidden: int) -> None:
+    """An FSDP2 model and its Adam kept: the snapshot's cost, and the time to restore it."""
+    k = Kernel()
+    rows: list[dict] = []
+    extra: dict = {}
+    try:
+        run(k, "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'off'\n%hvd_start -np 2 --torch-distributed")
+        params = int(re.search(r"params (\d+)", run(k, FSDP_SETUP.format(hidden=hidden))).group(1))
+        run(k, "%hvd_keep model opt")
+        number, copies, writes, size = 0, [], [], ""
+        for _ in range(args.rounds):
+            run(k, STEP)
+            number, copy_s, write_s, size = newest_snapshot(k, number)
+            copies.append(copy_s)
+            writes.append(write_s)
+        rewinds, restarts = [], []
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            said = run(k, "%hvd_rewind")
+            rewinds.append(time.perf_counter() - t0)
+            assert "restored model, opt" in said, said
+        for _ in range(args.rounds):
+            said = run(k, "%hvd_restart", timeout=300)
+            assert "restored model, opt" in said, said
+            restarts.append(float(re.search(r"Pool restarted in (\S+) s", said).group(1)))
+        run(k, STEP)
+        rows += [
+            {"what": "model", "value": f"{params / 1e6:.1f} M parameters (FSDP2, 2 ranks) + Adam, snapshot {size}"},
+            {"what": "snapshot: the training thread waits (median)", "value": f"{statistics.median(copies):.3f} s"},
+            {"what": "snapshot: written in the background (median)", "value": f"{statistics.median(writes):.3f} s"},
+            {"what": "%hvd_rewind of the snapshot (median)", "value": f"{statistics.median(rewinds):.2f} s"},
+            {"what": "%hvd_restart, restoring it (median)", "value": f"{statistics.median(restarts):.1f} s"},
+        ]
+        extra.update(copies=copies, writes=writes, rewinds=rewinds, restarts=restarts)
+        run(k, "%hvd_stop")
+    finally:
+        k.shutdown()
+    report("keep_fsdp", rows, ["what", "value"], extra)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=float, default=25.0, help="millions of model parameters (about)")
     parser.add_argument("--window", type=float, default=60.0, help="seconds of training per measured window")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--fsdp", action="store_true", help="an FSDP2 model instead (the snapshot and restore only)")
     args = parser.parse_args()
     setup_env()
     hidden = int((args.params * 1e6 / 1.5) ** 0.5)  # hidden^2 + hidden^2/2 weights
+    if args.fsdp:
+        fsdp(args, hidden)
+        return
     k = Kernel()
     rows = []
     extra: dict = {}

@@ -81,6 +81,23 @@ both = (shards, moments)
 """
 
 
+# The kept names whose DTensor shards each rank holds in a torch.distributed.checkpoint of its own (a .metadata).
+DCP_FILES = """from jupyter_hvd.kernel import pool
+kept = pool.current().directory / 'kept'
+print('@@', sorted({(p.parts[-5], p.parts[-2]) for p in kept.glob('rank-*/*/dcp/*/.metadata')}))"""
+
+
+def kept_in_dcp(k: Kernel, want: list[tuple[str, str]], timeout: float = 30) -> str:
+    """Wait until every (rank-r, name) of `want` has a DCP checkpoint on disk (snapshots are written in the
+    background); what there is."""
+    deadline = time.monotonic() + timeout
+    while True:
+        said = k.run(DCP_FILES).stdout
+        if all(repr(w) in said for w in want) or time.monotonic() > deadline:
+            return said
+        time.sleep(0.5)
+
+
 def losses(text: str) -> list[float]:
     return [float(x) for x in re.findall(r"loss=(\S+)", text)]
 
@@ -218,6 +235,9 @@ def test_fsdp2_shards_come_back_on_each_rank_after_a_restart(kernel):
     assert k.run(SHARDS).status == "ok"
     before = pull_all(k, "both")
     assert not same(before[0][0], before[1][0]), "the ranks' shards should differ"
+    want = [(f"rank-{r}", name) for r in (0, 1) for name in ("net", "fopt")]
+    said = kept_in_dcp(k, want)
+    assert all(repr(w) in said for w in want), f"each rank keeps its shards with torch.distributed.checkpoint: {said}"
     r = k.run("%hvd_restart", timeout=180)
     assert r.status == "ok" and "restored net, fopt" in r.stdout, r.stdout + r.error_text
     assert k.run(SHARDS).status == "ok"
@@ -227,6 +247,138 @@ def test_fsdp2_shards_come_back_on_each_rank_after_a_restart(kernel):
         assert same(after[rank][1], before[rank][1]), f"rank {rank}'s Adam moments differ after the restore"
     r = k.run(FSDP_TRAIN, timeout=180)
     assert r.status == "ok", r.error_text
+
+
+def test_a_rewind_brings_each_ranks_fsdp2_shards_back_from_an_earlier_snapshot_in_the_running_pool(kernel):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run(FSDP_SETUP).status == "ok"
+    assert k.run("%hvd_keep net fopt").status == "ok"
+    tagged = FSDP_TRAIN + "import jupyter_hvd\njupyter_hvd.commit(tag='trained')\n"
+    assert k.run(tagged, timeout=180).status == "ok"
+    assert k.run(SHARDS).status == "ok"
+    before = pull_all(k, "both")
+    assert k.run(FSDP_TRAIN, timeout=180).status == "ok"  # the shards move on from the tagged snapshot
+    kept_in_dcp(k, [(f"rank-{r}", name) for r in (0, 1) for name in ("net", "fopt")])
+    pid = "%%hvd --ranks all\nimport os\nprint('pid', rank, os.getpid())"
+    pids_before = sorted(re.findall(r"pid \d+ \d+", k.run(pid).stdout))
+    r = k.run("%hvd_rewind trained", timeout=120)
+    assert r.status == "ok" and "restored net, fopt" in r.stdout, r.stdout + r.error_text
+    assert sorted(re.findall(r"pid \d+ \d+", k.run(pid).stdout)) == pids_before, "rewind restarted the pool"
+    assert k.run(SHARDS).status == "ok"
+    after = pull_all(k, "both")
+    for rank in (0, 1):
+        assert same(after[rank][0], before[rank][0]), f"rank {rank}'s shards are not those of the tagged snapshot"
+        assert same(after[rank][1], before[rank][1]), f"rank {rank}'s Adam moments are not those of the tagged one"
+    r = k.run(FSDP_TRAIN, timeout=180)
+    assert r.status == "ok", r.error_text
+
+
+def test_an_fsdp2_shard_laid_out_otherwise_is_named_per_rank_and_the_other_kept_names_come_back(kernel, tmp_path):
+    k = kernel
+    dim = tmp_path / "dim"
+    dim.write_text("0")
+    # net's first weight is sharded along the dimension the file says: the setup cell lays it out otherwise later.
+    setup = f"""%%hvd --setup
+import torch.nn.functional as F
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import Shard
+torch.manual_seed(0)
+dim = int(open({str(dim)!r}).read())
+net = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+fully_shard(net[0], shard_placement_fn=lambda p: Shard(dim if p.dim() > 1 else 0))
+fully_shard(net)
+fopt = torch.optim.Adam(net.parameters(), lr=0.01)
+head = torch.nn.Linear(8, 16)
+fully_shard(head)
+hopt = torch.optim.Adam(head.parameters(), lr=0.01)
+epoch = 0
+"""
+    train = """%%hvd
+x = torch.randn(32, 8, generator=torch.Generator().manual_seed(rank))
+for step in range(3):
+    fopt.zero_grad(); hopt.zero_grad()
+    (net(x).sum() + head(x).sum()).backward()
+    fopt.step(); hopt.step()
+epoch += 1
+"""
+    heads = """%%hvd
+hstate = ({k: v.to_local().clone() for k, v in head.state_dict().items()},
+          {i: {n: (t.to_local() if hasattr(t, 'to_local') else t).clone() for n, t in s.items()}
+           for i, s in hopt.state_dict()['state'].items()}, epoch)
+"""
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run(setup).status == "ok"
+    assert k.run("%hvd_keep net fopt head hopt epoch").status == "ok"
+    assert k.run(train, timeout=120).status == "ok"
+    assert k.run(heads).status == "ok"
+    before = pull_all(k, "hstate")
+    kept_in_dcp(k, [(f"rank-{r}", name) for r in (0, 1) for name in ("net", "fopt", "head", "hopt")])
+    dim.write_text("1")
+    r = k.run("%hvd_restart", timeout=180)
+    said = r.stdout + r.error_text
+    assert r.status == "ok" and "restored head, hopt, epoch" in said, said
+    # What could not come back is named, with each rank's own shard: the kernel names the ranks.
+    for name in ("net", "fopt"):
+        assert f"not restored: {name} (rank 0: " in said and "rank 1: " in said, said
+    assert "0.weight: this rank's shard was (32, 8) at (0, 0) of (64, 8)" in said, said
+    assert "(64, 4) at (0, 4) of (64, 8)" in said and "Shard(dim=1)" in said, said
+    assert "state 'exp_avg' of parameter 0" in said, said
+    assert k.run(heads).status == "ok"
+    after = pull_all(k, "hstate")
+    for rank in (0, 1):
+        assert same(after[rank], before[rank]), f"rank {rank}'s head, its Adam moments or epoch differ"
+    # net is as the setup cell built it now, and trains.
+    r = k.run("%%hvd --ranks all\nprint('local', tuple(net[0].weight.to_local().shape))")
+    assert r.stdout.count("local (64, 4)") == 2, r.stdout
+    assert k.run(train, timeout=120).status == "ok"
+
+
+def test_a_crash_while_fsdp2_shards_are_written_leaves_no_half_snapshot(kernel):
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    setup = """%%hvd --setup
+from torch.distributed.fsdp import fully_shard
+big = torch.nn.Linear(2048, 2048)
+fully_shard(big)
+bopt = torch.optim.Adam(big.parameters(), lr=0.01)
+x = torch.randn(4, 2048)
+"""
+    step = "bopt.zero_grad()\nbig(x).sum().backward()\nbopt.step()\n"
+    state = """%%hvd
+bstate = ({k: v.to_local().clone() for k, v in big.state_dict().items()},
+          {i: {n: (t.to_local() if hasattr(t, 'to_local') else t).clone() for n, t in s.items()}
+           for i, s in bopt.state_dict()['state'].items()})
+"""
+    assert k.run(setup).status == "ok"
+    assert k.run("%hvd_keep big bopt").status == "ok"
+    assert k.run("%%hvd\n" + step).status == "ok"
+    kept_in_dcp(k, [(f"rank-{r}", name) for r in (0, 1) for name in ("big", "bopt")])
+    assert k.run(state).status == "ok"
+    before = pull_all(k, "bstate")
+    # Rank 0 dies while it writes its part of the commit's snapshot: its shards' data is on disk, DCP's metadata not.
+    crash = (
+        "%%hvd\nimport jupyter_hvd, os, signal, time\nimport torch.distributed.checkpoint as dcp\n"
+        "if rank == 0:\n    dcp.FileSystemWriter.finish = lambda *a, **kw: os.kill(os.getpid(), signal.SIGKILL)\n"
+        + step
+        + "jupyter_hvd.commit()\ntime.sleep(5)"
+    )
+    r = k.run(crash, timeout=180)
+    assert r.status == "error" and "died on signal 9" in r.error_text, r.error_text
+    assert "restored big, bopt from the end of cell" in r.error_text, r.error_text
+    assert k.run(state).status == "ok"
+    after = pull_all(k, "bstate")
+    for rank in (0, 1):
+        assert same(after[rank], before[rank]), f"rank {rank} did not come back to the last whole snapshot"
+    find = """from jupyter_hvd.kernel import pool
+kept = pool.current().directory / 'kept'
+gens = [g for g in kept.glob('rank-*/*') if not g.name.startswith('.tmp-')]
+print('@@', sorted(str(p) for p in kept.rglob('.tmp-*')), [str(g) for g in gens if not (g / 'manifest').is_file()],
+      [str(d) for g in gens for d in g.glob('dcp/*') if not (d / '.metadata').is_file()])"""
+    deadline = time.monotonic() + 10
+    while "@@ [] [] []" not in (left := k.run(find).stdout) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert "@@ [] [] []" in left, f"half-written snapshot files were left: {left}"
 
 
 def test_the_export_runs_under_torchrun_and_under_mpirun(kernel, tmp_path):

@@ -4,7 +4,8 @@
 each `jupyter_hvd.commit()` inside a cell, each rank looks at what the names hold now:
 - an object with `state_dict()`/`load_state_dict()` (a module, an optimizer, a scheduler, a GradScaler, a stateful
   data loader) is kept by its state_dict, and after a restart loaded into the object the setup cells rebuilt, so
-  links between live objects survive (a restored scheduler drives the live optimizer);
+  links between live objects survive (a restored scheduler drives the live optimizer); the DTensors of a state_dict
+  (FSDP2) are kept as this rank's shards with torch.distributed.checkpoint (engine/keep_dcp.py);
 - anything else by value, referring by name to the live objects it holds (engine/keep_format.py);
 - its own random generators.
 Only what changed since the rank's last snapshot is copied (torch counts every in-place change of a tensor, so the
@@ -112,7 +113,8 @@ def snapshot(gen: GenId, count: int | None, mid_cell: bool = False, tag: str = "
         links = keep_format.linkable(ns)
         for name, (kind, obj, signature) in changed.items():
             try:
-                encoded = keep_format.encode(obj.state_dict() if kind == "state" else obj, links, obj)
+                by_state = kind == "state"
+                encoded = keep_format.encode(obj.state_dict() if by_state else obj, links, obj, by_state)
             except Exception as exc:
                 skipped[name] = _why(exc)
                 continue
@@ -164,7 +166,8 @@ def _look(ns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str,
         kind = "state" if has_state(obj) else "value"
         kinds[name] = f"{_label(obj, kind)}:{type(obj).__qualname__}"
         try:
-            signature = keep_format.signature(obj.state_dict() if kind == "state" else obj, links, obj)
+            by_state = kind == "state"
+            signature = keep_format.signature(obj.state_dict() if by_state else obj, links, obj, by_state)
         except Exception as exc:
             skipped[name] = _why(exc)
             continue
@@ -192,6 +195,8 @@ def has_state(obj: Any) -> bool:
 
 
 def _why(exc: BaseException) -> str:
+    if isinstance(exc, keep_format.ShardOutsideState):
+        return str(exc)
     return (
         f"{wire.why_unpicklable(exc)} ({type(exc).__name__}: {str(exc)[:200]}); keep what it is made from, or build "
         "it in a %%hvd --setup cell"
@@ -265,7 +270,8 @@ def restored(gen: GenId, entries: dict[str, dict[str, Any]], names: list[str]) -
         entry = entries[name]
         obj = ns[name]
         try:
-            _signatures[name] = keep_format.signature(obj.state_dict() if entry["kind"] == "state" else obj, links, obj)
+            by_state = entry["kind"] == "state"
+            _signatures[name] = keep_format.signature(obj.state_dict() if by_state else obj, links, obj, by_state)
         except Exception:
             continue
         entry["digest"] = _digest(entry)
@@ -336,6 +342,7 @@ def _write(job: dict[str, Any]) -> None:
     try:
         assert _directory is not None
         tensors = [ref for entry in job["entries"].values() for ref in entry["encoded"].tensors]
+        sharded = {name: entry["encoded"] for name, entry in job["entries"].items() if entry["encoded"].shards}
         previous = _written_newest
         manifest = {
             "gen": gen,
@@ -343,7 +350,7 @@ def _write(job: dict[str, Any]) -> None:
             "random": job["random"],
             "entries": {name: _stored(entry) for name, entry in job["entries"].items()},
         }
-        nbytes = keep_files.write_generation(_directory, outbox.rank(), gen, manifest, tensors, previous)
+        nbytes = keep_files.write_generation(_directory, outbox.rank(), gen, manifest, tensors, previous, sharded)
         for entry in job["entries"].values():
             entry["digest"] = _digest(entry)
         _written(gen)
@@ -361,7 +368,8 @@ def _write(job: dict[str, Any]) -> None:
                 {n: f"{e.get('label', e['kind'])}:{e['cls']}" for n, e in job["entries"].items()},
                 {n: e["digest"] for n, e in job["entries"].items()},
                 meta["skipped"],
-                {ref.digest: _size(ref) for ref in tensors},
+                {ref.digest: _size(ref) for ref in tensors}
+                | {encoded.shards_file: encoded.shards_bytes for encoded in sharded.values()},
                 nbytes,
                 time.perf_counter() - t0,
                 job["copy_seconds"],
@@ -390,6 +398,7 @@ def _stored(entry: dict[str, Any]) -> dict[str, Any]:
 def _digest(entry: dict[str, Any]) -> str:
     """Of what was kept: equal on two ranks when they kept the same state."""
     encoded = entry["encoded"]
+    # DTensor shards are left out: FSDP2's ranks hold different shards by design, not state that drifted apart.
     digest = hashlib.blake2b(encoded.pickle, digest_size=16)
     for ref in encoded.tensors:
         digest.update(ref.inline if ref.inline is not None else ref.digest.encode())

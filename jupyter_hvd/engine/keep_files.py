@@ -5,6 +5,8 @@
                                      snapshot holds the same bytes (data-parallel ranks hold the same weights)
       rank-<r>/<cell>-<k>/manifest   rank r's part of generation (cell, k): its kept names, its random generators
       rank-<r>/<cell>-<k>/<digest>   hard links to the data the manifest refers to
+      rank-<r>/<cell>-<k>/dcp/<name>/  the DTensor shards (FSDP2) of kept name <name>: rank r's own
+                                     torch.distributed.checkpoint (engine/keep_dcp.py), hard links where unchanged
       .tmp-<host>-<pid>-*            being written
 
 A generation directory holds links to all of its data, so deleting one (rmtree) never takes data another still uses,
@@ -30,10 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from ..wire import GenId
-from .keep_format import TensorRef, as_bytes
+from . import keep_dcp
+from .keep_format import Encoded, TensorRef, as_bytes
 
 DATA = "data"
 MANIFEST = "manifest"
+DCP = "dcp"
 _HOST = socket.gethostname().replace("-", "_")
 
 
@@ -47,6 +51,11 @@ def rank_dir(directory: Path, rank: int) -> Path:
 
 def gen_dir(directory: Path, rank: int, gen: GenId) -> Path:
     return rank_dir(directory, rank) / gen_name(gen)
+
+
+def shards_dir(directory: Path, rank: int, gen: GenId, name: str) -> Path:
+    """Where rank `rank`'s part of generation `gen` keeps the shards of kept name `name`."""
+    return gen_dir(directory, rank, gen) / DCP / name
 
 
 def _tmp(directory: Path) -> Path:
@@ -63,11 +72,18 @@ def _write_new(path: Path, chunks: list[Any]) -> None:
 
 
 def write_generation(
-    directory: Path, rank: int, gen: GenId, manifest: dict[str, Any], tensors: list[TensorRef], previous: GenId | None
+    directory: Path,
+    rank: int,
+    gen: GenId,
+    manifest: dict[str, Any],
+    tensors: list[TensorRef],
+    previous: GenId | None,
+    sharded: dict[str, Encoded],
 ) -> int:
     """Write rank `rank`'s part of generation `gen`: the data of `tensors` that has no file yet (each tensor's digest
-    is filled in; a tensor without data is one of generation `previous`), links to all of it, then the manifest;
-    the bytes written."""
+    is filled in; a tensor without data is one of generation `previous`), the shards of the `sharded` names (saved,
+    or linked from generation `previous` where their copies were saved already), links to all of it, then the
+    manifest; the bytes written."""
     data_dir = directory / DATA
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     rank_dir(directory, rank).mkdir(mode=0o700, exist_ok=True)
@@ -83,12 +99,17 @@ def write_generation(
             earlier = gen_dir(directory, rank, previous) / ref.digest if previous else None
             written += _link_data(data_dir, building / ref.digest, ref, earlier)
             ref.data = None  # the copy is on disk: its memory can go
+        for name, encoded in sharded.items():
+            earlier = shards_dir(directory, rank, previous, name) if previous else None
+            written += _save_shards(building / DCP / name, encoded, earlier, f"{rank}/{gen_name(gen)}/{name}")
         body = pickle.dumps(manifest, protocol=pickle.HIGHEST_PROTOCOL)
         _write_new(building / MANIFEST, [body])
         written += len(body)
         target = gen_dir(directory, rank, gen)
         shutil.rmtree(target, ignore_errors=True)  # a part of the same generation from engines before a restart
         os.rename(building, target)
+        for encoded in sharded.values():  # saved: the copies' memory can go, later generations link the files
+            encoded.shards = dict.fromkeys(encoded.shards)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
@@ -117,6 +138,21 @@ def _link_data(data_dir: Path, link: Path, ref: TensorRef, earlier: Path | None)
     finally:
         tmp.unlink(missing_ok=True)
     return ref.data.nbytes
+
+
+def _save_shards(folder: Path, encoded: Encoded, earlier: Path | None, file: str) -> int:
+    """Save the shards of one kept name into `folder`, or link the files `earlier` holds where they were saved
+    already; the bytes written."""
+    if any(shard is not None for shard in encoded.shards.values()):
+        encoded.shards_bytes = keep_dcp.save(encoded.shards, folder)
+        encoded.shards_file = file
+        return encoded.shards_bytes
+    if earlier is None or not (earlier / ".metadata").is_file():
+        raise FileNotFoundError(f"the kept shards of {folder.name} are no longer on disk")
+    folder.mkdir(mode=0o700, parents=True)
+    for entry in os.scandir(earlier):
+        os.link(entry.path, folder / entry.name, follow_symlinks=False)
+    return 0
 
 
 def read_manifest(directory: Path, rank: int, gen: GenId) -> dict[str, Any]:

@@ -7,6 +7,8 @@ of persistent references instead of copies:
 - an object that a top-level name of the rank's namespace holds (a dataset, a model, an optimizer: live machinery,
   not plain data) becomes a reference to that name, so that after a restore the kept value refers to the object the
   setup cells rebuilt, not to a copy of it (a sampler keeps sampling the live dataset).
+A DTensor in a state_dict (FSDP2's sharded state) becomes a reference to this rank's shard, which is kept with
+torch.distributed.checkpoint (engine/keep_dcp.py) and comes back laid out like the live object's.
 
 `signature` walks an object the same way without copying any tensor data (a tensor is its storage address and
 torch's in-place version counter), so the end of a cell can tell cheaply whether anything kept changed.
@@ -19,13 +21,14 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
-import sys
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
+
+from . import keep_dcp
 
 BLOB_BYTES = 64 * 1024  # tensors at least this big get a data file of their own; smaller ones stay in the pickle
 # Plain data is copied, never linked by name: a kept dict holding the number 5 must not come back holding whatever
@@ -71,11 +74,20 @@ class TensorRef:
 
 @dataclass
 class Encoded:
-    """A kept object as bytes: the pickle, and the tensors it refers to by number."""
+    """A kept object as bytes: the pickle, the tensors it refers to by number, and the DTensor shards it refers to
+    by key."""
 
     pickle: bytes
     tensors: list[TensorRef] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)  # the namespace names it refers to, with their class
+    # key -> a CPU copy of this rank's shard, until the snapshot writer has saved it with DCP (then None)
+    shards: dict[str, Any] = field(default_factory=dict)
+    shards_file: str = ""  # names the saved shards in %hvd_snapshots' sizes (engine/keep_files.py)
+    shards_bytes: int = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A snapshot's manifest holds the shards' keys only: their data is in the DCP checkpoint beside it.
+        return {**self.__dict__, "shards": dict.fromkeys(self.shards)}
 
 
 def linkable(namespace: Mapping[str, Any]) -> dict[int, str]:
@@ -93,18 +105,23 @@ def linkable(namespace: Mapping[str, Any]) -> dict[int, str]:
     return links
 
 
-def _sharded(obj: Any) -> bool:
-    """A DTensor (FSDP2's parameters and their optimizer state): this rank keeps its own shard."""
-    tensors = sys.modules.get("torch.distributed.tensor")
-    return tensors is not None and isinstance(obj, tensors.DTensor)
-
-
 @dataclass
-class LocalShard:
-    """A rank's shard of a DTensor as kept; put back into a DTensor shaped like the live one it is loaded into."""
+class KeptShard:
+    """Where a restored state holds a DTensor: its key in the DCP checkpoint, to be loaded into a DTensor laid out
+    like the live one (engine/keep_restore.py)."""
 
-    tensor: Any
+    key: str
     placements: str  # as kept, to name a difference
+
+
+class ShardOutsideState(TypeError):
+    """A value kept by value holds a DTensor: only a state_dict has a live object to lay its shards out like."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "it holds a DTensor (FSDP2's sharded state), which comes back only through the module or optimizer it "
+            "belongs to: keep that instead"
+        )
 
 
 def _dense(obj: Any) -> bool:
@@ -119,14 +136,17 @@ def _dense(obj: Any) -> bool:
 
 
 class _Encoder(cloudpickle.Pickler):
-    def __init__(self, out: Any, links: dict[int, str], root: Any, kept: Any = None) -> None:
+    def __init__(self, out: Any, links: dict[int, str], root: Any, kept: Any = None, state: bool = False) -> None:
         super().__init__(out, protocol=5)
         self.links = links
         self.root = id(root)
         self.kept = id(kept)  # the kept object itself is never a link of its own (its state_dict may be the root)
+        self.state = state  # `root` is a state_dict: DTensors in it are kept as shards
         self.tensors: list[TensorRef] = []
+        self.shards: dict[str, Any] = {}
         self.used: list[tuple[str, str]] = []
         self._numbered: dict[int, int] = {}
+        self._keys: dict[int, str] = {}
 
     def persistent_id(self, obj: Any) -> Any:
         if isinstance(obj, _PLAIN):
@@ -137,11 +157,13 @@ class _Encoder(cloudpickle.Pickler):
             if link not in self.used:
                 self.used.append(link)
             return ("name", link)
-        if _sharded(obj):
-            if key not in self._numbered:
-                self._numbered[key] = len(self.tensors)
-                self.tensors.append(_copy(obj.to_local()))
-            return ("shard", (self._numbered[key], repr(tuple(obj.placements))))
+        if keep_dcp.is_shard(obj):
+            if not self.state:
+                raise ShardOutsideState()
+            if key not in self._keys:
+                self._keys[key] = str(len(self.shards))
+                self.shards[self._keys[key]] = keep_dcp.stage(obj)
+            return ("dcp", (self._keys[key], keep_dcp.placements(obj)))
         if not _dense(obj):
             return None
         if key not in self._numbered:  # the same tensor twice in one object comes back as one tensor
@@ -179,13 +201,13 @@ def as_bytes(tensor: Any) -> memoryview:
     return memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
 
 
-def encode(obj: Any, links: dict[int, str], kept: Any = None) -> Encoded:
-    """`obj` (a kept object, or the state_dict of `kept`) as bytes, its tensors copied; raises what pickling raises
-    (an object that cannot be kept)."""
+def encode(obj: Any, links: dict[int, str], kept: Any = None, state: bool = False) -> Encoded:
+    """`obj` (a kept object, or with `state` the state_dict of `kept`) as bytes, its tensors and shards copied;
+    raises what pickling raises (an object that cannot be kept)."""
     out = io.BytesIO()
-    encoder = _Encoder(out, links, obj, kept)
+    encoder = _Encoder(out, links, obj, kept, state)
     encoder.dump(obj)
-    return Encoded(out.getvalue(), encoder.tensors, encoder.used)
+    return Encoded(out.getvalue(), encoder.tensors, encoder.used, encoder.shards)
 
 
 class _Hashing:
@@ -206,7 +228,9 @@ class _Signer(_Encoder):
         key = id(obj)
         if key in self.links and key != self.root and key != self.kept:
             return ("name", self.links[key])
-        if _sharded(obj):  # FSDP2 writes its shards without torch's in-place count: their bytes are read
+        if keep_dcp.is_shard(obj):  # FSDP2 writes its shards without torch's in-place count: their bytes are read
+            if not self.state:
+                raise ShardOutsideState()
             local = obj.to_local().detach()
             data = local.to("cpu") if local.device.type != "cpu" else local.contiguous()
             return ("shard", hashlib.blake2b(as_bytes(data), digest_size=16).hexdigest())
@@ -215,11 +239,11 @@ class _Signer(_Encoder):
         return None
 
 
-def signature(obj: Any, links: dict[int, str], kept: Any = None) -> bytes:
-    """What changes when `obj` (or `kept`, whose state_dict it is) changes, without copying tensor data; raises what
-    pickling raises."""
+def signature(obj: Any, links: dict[int, str], kept: Any = None, state: bool = False) -> bytes:
+    """What changes when `obj` (or with `state` `kept`, whose state_dict it is) changes, without copying tensor data;
+    raises what pickling raises."""
     sink = _Hashing()
-    _Signer(sink, links, obj, kept).dump(obj)
+    _Signer(sink, links, obj, kept, state).dump(obj)
     return sink.digest.digest()
 
 
@@ -237,8 +261,8 @@ class _Decoder(pickle.Unpickler):
         kind, value = pid
         if kind == "tensor":
             return self.tensor(value)
-        if kind == "shard":
-            return LocalShard(self.tensor(value[0]), value[1])
+        if kind == "dcp":
+            return KeptShard(*value)
         if kind == "name":
             return self.resolve(value)
         raise pickle.UnpicklingError(f"unknown reference {kind!r}")

@@ -7,7 +7,9 @@ each to `apply` the names that every rank could prepare: loaded into the live ob
 random generators set; an interrupt cannot stop that half way. No collective is used: ranks that differ or die
 cannot block each other, and the kernel names what did not come back.
 
-Data files are mapped copy-on-write (engine/keep_files.py): the ranks of one host read the same pages.
+Data files are mapped copy-on-write (engine/keep_files.py): the ranks of one host read the same pages. DTensor
+shards (FSDP2) are loaded from the rank's own torch.distributed.checkpoint into DTensors laid out like the live
+object's (engine/keep_dcp.py).
 
 Imported on the engines only.
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..wire import GenId
-from . import keep, keep_files, keep_format, outbox
+from . import keep, keep_dcp, keep_files, keep_format, outbox
 
 _prepared: dict[str, Any] | None = None  # what `prepare` rebuilt, until `apply` (or the next prepare)
 
@@ -57,7 +59,7 @@ def prepare(plan: dict[int, GenId], directory: str) -> dict[str, Any]:
                     f"builds the {entry['cls']} with %%hvd --setup"
                 )
             state = _decode(where, rank, gen, entry, device, lambda n: _live(ns, n))  # type: ignore[arg-type]
-            state = _resharded(obj, state)
+            state = _resharded(obj, state, keep_files.shards_dir(where, rank, gen, name))  # type: ignore[arg-type]
             _check(obj, state)
             loaded[name] = state
         except Exception as exc:
@@ -187,35 +189,61 @@ def _in_order(values: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
     return order, []
 
 
-def _resharded(obj: Any, state: Any) -> Any:
-    """`state` with each kept shard back in a DTensor laid out like the live object's (FSDP2): a module's by its
-    state_dict, an optimizer's by the parameter each state belongs to. A shard that does not fit raises."""
+def _resharded(obj: Any, state: Any, folder: Path) -> Any:
+    """`state` with each kept shard loaded from `folder` into a DTensor laid out like the live object's (FSDP2): a
+    module's like the same key of its state_dict, an optimizer's like the parameter each state belongs to. A shard
+    whose place differs raises, naming it."""
     import torch
 
-    def shard_of(kept: keep_format.LocalShard, like: Any, what: str) -> Any:
-        from torch.distributed.tensor import DTensor
+    shards = list(_shards(state))
+    if not shards:
+        return state
+    optimizer = isinstance(obj, torch.optim.Optimizer)
+    params = [p for group in obj.param_groups for p in group["params"]] if optimizer else []
+    live = {} if params else obj.state_dict()
+    wanted: dict[str, tuple[Any, str, str]] = {}
+    for path, shard in shards:
+        if params and len(path) == 3 and path[0] == "state" and isinstance(path[1], int) and path[1] < len(params):
+            wanted[shard.key] = (params[path[1]], f"state {path[2]!r} of parameter {path[1]}", shard.placements)
+        else:
+            wanted[shard.key] = (_at(live, path), ".".join(map(str, path)), shard.placements)
+    loaded = keep_dcp.load(wanted, folder)
+    return _put(state, loaded)
 
-        if not isinstance(like, DTensor):
-            raise ValueError(f"{what} was sharded {kept.placements} when kept, and is not sharded now")
-        local = kept.tensor.to(like.to_local().device)
-        if tuple(local.shape) != tuple(like.to_local().shape):
-            raise ValueError(
-                f"{what}: this rank's shard was {tuple(local.shape)} when kept, {tuple(like.to_local().shape)} now "
-                "(another number of ranks, or another sharding)"
-            )
-        return DTensor.from_local(local, like.device_mesh, like.placements, shape=like.shape, stride=like.stride())
 
-    if isinstance(obj, torch.nn.Module) and any(isinstance(v, keep_format.LocalShard) for v in state.values()):
-        live = obj.state_dict()
-        return {
-            k: shard_of(v, live.get(k), k) if isinstance(v, keep_format.LocalShard) else v for k, v in state.items()
-        }
-    if isinstance(obj, torch.optim.Optimizer) and isinstance(state, dict) and "state" in state:
-        params = [p for group in obj.param_groups for p in group["params"]]
-        for index, values in state["state"].items():
-            for key, value in list(values.items()):
-                if isinstance(value, keep_format.LocalShard) and isinstance(index, int) and index < len(params):
-                    values[key] = shard_of(value, params[index], f"state {key!r} of parameter {index}")
+def _shards(state: Any, path: tuple[Any, ...] = ()) -> Any:
+    """(path, KeptShard) of every shard in a kept state, in dicts and lists."""
+    if isinstance(state, keep_format.KeptShard):
+        yield path, state
+    elif isinstance(state, dict):
+        for key, value in state.items():
+            yield from _shards(value, (*path, key))
+    elif isinstance(state, (list, tuple)):
+        for i, value in enumerate(state):
+            yield from _shards(value, (*path, i))
+
+
+def _at(state: Any, path: tuple[Any, ...]) -> Any:
+    """What the live state holds at `path`, or None."""
+    for key in path:
+        try:
+            state = state[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return state
+
+
+def _put(state: Any, loaded: dict[str, Any]) -> Any:
+    """`state` with each KeptShard replaced by the DTensor loaded for its key."""
+    if isinstance(state, keep_format.KeptShard):
+        return loaded[state.key]
+    if isinstance(state, dict):
+        for key, value in state.items():
+            state[key] = _put(value, loaded)
+    elif isinstance(state, list):
+        state[:] = [_put(value, loaded) for value in state]
+    elif isinstance(state, tuple):
+        return tuple(_put(value, loaded) for value in state)
     return state
 
 

@@ -1,0 +1,95 @@
+"""FSDP2's sharded state kept with torch.distributed.checkpoint (DCP): each rank saves and loads its own shards.
+
+The DTensors of a kept object's state_dict (an FSDP2 module's parameters, its optimizer's moments) are copied at the
+snapshot and saved by DCP into a folder of the rank's part of the generation (engine/keep_files.py); the rest of the
+state stays in the pool's own format. DCP's metadata records where each shard lies in the whole tensor, and a restore
+checks that against the live object's layout, naming a difference instead of loading part of a shard.
+
+Without collectives: `save(..., no_dist=True)` and `load(..., no_dist=True)` build DCP's `_DistWrapper` with
+use_dist=False, whose gathers, scatters and barriers then run locally (torch 2.13, checkpoint/utils.py), and a
+DTensor's chunk comes from its spec and this rank's mesh coordinate; so a rank that commits or restores alone never
+waits for another (the rule of engine/keep.py).
+
+Imported on the engines only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+# DCP says it assumes one process whenever no_dist is set: that is the intent here, on every snapshot and restore.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+
+
+def is_shard(obj: Any) -> bool:
+    """Whether `obj` is a DTensor (FSDP2's parameters and their optimizer state): kept as this rank's shard."""
+    tensors = sys.modules.get("torch.distributed.tensor")
+    return tensors is not None and isinstance(obj, tensors.DTensor)
+
+
+def stage(shard: Any) -> Any:
+    """A CPU copy of DTensor `shard`, its layout kept (training may change the shard as soon as this returns)."""
+    import torch
+
+    with torch.no_grad():
+        return shard.detach().to("cpu", copy=True)  # DCP's own staging copies DTensors this way: local, no collective
+
+
+def save(shards: dict[str, Any], folder: Path) -> int:
+    """Save `shards` (key -> staged DTensor) as a DCP checkpoint of this rank alone in `folder`; the bytes written."""
+    import torch.distributed.checkpoint as dcp
+
+    # No fsync: the pool's own files are not synced either; a crashed process loses nothing the kernel wrote out.
+    writer = dcp.FileSystemWriter(folder, sync_files=False, thread_count=1)
+    dcp.save(shards, storage_writer=writer, no_dist=True)
+    return sum(entry.stat().st_size for entry in os.scandir(folder) if entry.is_file(follow_symlinks=False))
+
+
+def load(wanted: dict[str, tuple[Any, str, str]], folder: Path) -> dict[str, Any]:
+    """key -> a DTensor laid out like the live DTensor `wanted[key][0]`, holding this rank's shard saved in `folder`
+    (in the dtype it was kept in). ValueError naming the shards (`wanted[key][1]`, kept laid out as `wanted[key][2]`)
+    whose place in the whole tensor differs from the live one's."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.tensor import DTensor
+
+    reader = dcp.FileSystemReader(folder)
+    kept = reader.read_metadata().state_dict_metadata
+    problems: dict[str, str] = {}  # what -> how it differs
+    out: dict[str, Any] = {}
+    for key, (like, what, placed) in wanted.items():
+        meta = kept.get(key)
+        if meta is None or not hasattr(meta, "chunks"):
+            problems[what] = "this rank's shard is not in its checkpoint"
+            continue
+        was = _place(meta.chunks, meta.size)
+        if not isinstance(like, DTensor):
+            problems[what] = f"this rank's shard was {was} ({placed}) when kept, and it is not sharded now"
+            continue
+        now = _place(like.__create_chunk_list__(), like.shape)
+        if now != was:
+            problems[what] = f"this rank's shard was {was} ({placed}) when kept, {now} ({placements(like)}) now"
+            continue
+        local = torch.empty(like.to_local().shape, dtype=meta.properties.dtype, device=like.to_local().device)
+        out[key] = DTensor.from_local(local, like.device_mesh, like.placements, shape=like.shape, stride=like.stride())
+    if problems:
+        (first, why), *others = problems.items()
+        also = f"; also {', '.join(w for w, _ in others[:3])}" + (" and more" if len(others) > 3 else "")
+        raise ValueError(f"{first}: {why}{also if others else ''}")
+    dcp.load(out, storage_reader=reader, no_dist=True)
+    return out
+
+
+def placements(shard: Any) -> str:
+    """'Shard(dim=0)': how a DTensor is laid out over its mesh."""
+    return ", ".join(repr(p) for p in shard.placements)
+
+
+def _place(chunks: Any, size: Any) -> str:
+    """'(32, 8) at (32, 0) of (64, 8)': where this rank's chunks lie in the whole tensor."""
+    parts = [f"{tuple(c.sizes)} at {tuple(c.offsets)}" for c in chunks] or ["nothing"]
+    return f"{' + '.join(parts)} of {tuple(size)}"
