@@ -37,6 +37,7 @@ BENCHES = [
     "first_line.py",
     "process_sets.py",
     "start_torch.py",
+    "empty_cell.py",
 ]
 
 
