@@ -111,3 +111,45 @@ def test_ddp_and_fsdp2_train_on_the_gpus_with_nccl(ip):
             assert losses[-1] < losses[0] / 2, (name, losses)
     finally:
         ip.run_line_magic("hvd_stop", "")
+
+
+FSDP_SETUP = """from torch.distributed.fsdp import fully_shard
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(device)
+fully_shard(net)
+fopt = torch.optim.Adam(net.parameters(), lr=0.01)"""
+FSDP_TRAIN = """for _ in range(3):
+    fopt.zero_grad(); net(torch.ones(8, 32, device=device)).sum().backward(); fopt.step()
+shard = net[0].weight.to_local().detach().cpu().clone()
+moment = fopt.state[net[0].weight]["exp_avg"].to_local().detach().cpu().clone()
+on = str(net[0].weight.to_local().device)"""
+
+
+def test_kept_fsdp2_shards_on_the_gpu_come_back_after_a_restart(ip):
+    """torch.distributed.checkpoint loads each rank's CUDA shards and Adam moments into the rebuilt FSDP2 model."""
+    from jupyter_hvd.kernel import pool as pools
+
+    n = min(2, torch.cuda.device_count())
+    ip.run_line_magic("hvd_start", f"-np {n} --torch-distributed")
+    try:
+        ip.run_cell_magic("hvd", "--setup", FSDP_SETUP)
+        ip.run_line_magic("hvd_keep", "net fopt")
+        ip.run_cell_magic("hvd", "", FSDP_TRAIN)
+        p = pools.current()
+        before = [p.client[r.engine_id].pull(["shard", "moment"], block=True) for r in p.ranks]
+        ip.run_line_magic("hvd_restart", "")
+        p = pools.current()
+        ip.run_cell_magic(
+            "hvd",
+            "",
+            "shard = net[0].weight.to_local().detach().cpu().clone()\n"
+            "moment = fopt.state[net[0].weight]['exp_avg'].to_local().detach().cpu().clone()\n"
+            "on = str(net[0].weight.to_local().device)",
+        )
+        for r, (shard, moment) in zip(p.ranks, before, strict=True):
+            engine = p.client[r.engine_id]
+            assert torch.equal(engine.pull("shard", block=True), shard), f"rank {r.rank}'s shard differs"
+            assert torch.equal(engine.pull("moment", block=True), moment), f"rank {r.rank}'s Adam moment differs"
+            assert engine.pull("on", block=True).startswith("cuda")
+    finally:
+        ip.run_line_magic("hvd_stop", "")
