@@ -14,7 +14,6 @@ short grace get SIGINT. When every rank has joined, the pool is healthy again. I
 from __future__ import annotations
 
 import itertools
-import math
 import pickle
 import re
 import sys
@@ -24,17 +23,17 @@ from typing import Any
 
 from IPython.display import display, publish_display_data
 
-from .. import state, wire
-from ..digest import Chunk, Digest
+from .. import wire
+from ..digest import Digest
 from ..widgets import CellView, plain_view
 from . import debugger, failures, where
 from .channel import ChannelError
 from .errors import CellFailed, group_errors, name_cell
 from .failures import Done, Failure, PoolLost, Wait
+from .figures import CellFigures
 from .keep import Cell
 from .pool import Pool
 from .ranks import format_ranks
-from .straggler import StragglerDetector
 
 GRACE_S = 1.0  # after a first error, how long other ranks may take to end (or raise the same error) by themselves
 TICK_S = 0.25  # liveness checks while waiting: engine processes, mpiexec
@@ -91,8 +90,8 @@ class CellRun:
         self.failed_at: float | None = None
         self.reason: str | None = None  # error | interrupt
         self.hard_deadline: float | None = None
-        self.last_lines: dict[int, str] = {}
-        self.digest = Digest()  # each line of output read once, for the view, the sidebar and the NaN check
+        self.digest = Digest()  # each line of output read once, for the view and the figures
+        self.figures = CellFigures(pool, self.view)  # step, loss, last line, NaN, straggler (kernel/figures.py)
         self._next_liveness_check = time.monotonic() + TICK_S
         self._stderr_tail = ""  # recent stderr of the shown ranks, where Horovod's stall report lands
         self.unclean_join: Failure | None = None  # a rank's join left Horovod unfit for the next cell
@@ -101,13 +100,9 @@ class CellRun:
         self._frozen_since: dict[int, float] = {}
         self._started = time.monotonic()
         self._shown_running = False
-        self.pace = StragglerDetector()  # which rank computes longest per step (kernel/straggler.py)
         self._stall_said = False
         self._in_debugger: set[int] = set()  # ranks a breakpoint() holds in pdb (wire.Debugging)
         self.interrupted_by = ""  # "from the sidebar": who pressed stop, when it was not the notebook's button
-        # ---- the sidebar's figures of this cell (step, loss, last line per rank) ----
-        self._steps_said: set[int] = set()  # ranks whose step comes from report(), a bar or a printed line
-        self._figures_published = 0.0  # monotonic; the sidebar's figures are written at most 4 times a second
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
@@ -174,7 +169,7 @@ class CellRun:
                     self.pool.newest_problem_shown = self.pool.channel.problems[0]  # said under this cell
                 if self.pool.client is not None and self.pool.ranks:
                     self.pool.update_rank_stats(
-                        {r: {"last_line": ln} for r, ln in self.last_lines.items()}, publish=False
+                        {r: {"last_line": ln} for r, ln in self.figures.last_lines.items()}, publish=False
                     )
                     self.pool.set_state("idle", publish=self._shown_running)
                 if self.reason is None and self.lost is None and self.options.record:
@@ -284,7 +279,7 @@ class CellRun:
                 debugger.answer(self.pool, ev)  # the stop button there: KeyboardInterrupt, as anywhere in the wait
         elif isinstance(ev, wire.Output):
             chunk = self.digest.feed(ev.rank, ev.stream, ev.text)
-            self._note_lines(chunk)
+            self.figures.lines(chunk)
             if ev.stream == "stderr":
                 # The stall report may arrive split over several chunks: look at the recent stderr as a whole.
                 self._stderr_tail = (self._stderr_tail + ev.text)[-8000:]
@@ -292,7 +287,7 @@ class CellRun:
                     self._note_stall(self._stderr_tail)
             self.view.output(chunk)
         elif isinstance(ev, wire.Metrics):
-            self._note_progress(ev.rank, ev.records)
+            self.figures.records(ev.rank, ev.records)
             self.view.metrics(ev.rank, ev.records)
         elif isinstance(ev, wire.Display):
             if ev.rank == self.options.show_ranks[0]:
@@ -339,31 +334,6 @@ class CellRun:
             return
         print(f"jupyter-hvd: where the ranks were when {why}:\n{where.indented(text)}", file=sys.stderr, flush=True)
 
-    def _note_lines(self, chunk: Chunk) -> None:
-        """The sidebar's last line, step and loss of a rank (shown live, written at most 4 times a second), and the
-        first NaN or Inf, from the lines the chunk finished."""
-        rank = chunk.rank
-        last = (
-            chunk.partial
-            if chunk.partial.strip()
-            else next((line.text for line in reversed(chunk.lines) if line.text.strip()), "")
-        )
-        stats: dict[str, Any] = {}
-        if last:
-            self.last_lines[rank] = last[-200:]
-            stats["last_line"] = self.last_lines[rank]
-        for line in chunk.lines:
-            parsed = line.parsed
-            if parsed.step is not None:
-                stats["step"] = parsed.step
-                self._steps_said.add(rank)
-            if "loss" in parsed.values:
-                stats["loss"] = parsed.values["loss"]
-            for name, value in parsed.values.items():
-                self._note_nonfinite(rank, name, value, parsed.step)
-        if stats:
-            self._figures(rank, stats)
-
     def _note_stall(self, text: str) -> None:
         """Horovod's stall inspector (rank 0's stderr, while rank 0's cell runs): the ranks it leaves waiting are
         stalled, on those tensors (kernel/failures.py)."""
@@ -376,50 +346,6 @@ class CellRun:
         if stalled and not self._stall_said:
             self._stall_said = True
             self._say_where("Horovod reported a stall", self.options.where_full)
-
-    def _note_progress(self, rank: int, records: Any) -> None:
-        """For the sidebar: the latest step and loss of `report()` records and progress bars, else the steps the pace
-        timing counted on that rank (engine/pace.py: every rank's, also where a rank prints nothing)."""
-        stats: dict[str, Any] = {}
-        for record in records if isinstance(records, list) else [records]:
-            if isinstance(record, dict):
-                if record.get("step") is not None:
-                    stats["step"] = record["step"]
-                    self._steps_said.add(rank)
-                if isinstance(record.get("m"), dict) and record["m"].get("loss") is not None:
-                    stats["loss"] = record["m"]["loss"]
-                for name, value in (record.get("m") or {}).items():
-                    self._note_nonfinite(rank, name, value, record.get("step"))
-                if isinstance(record.get("pace"), dict):
-                    self._note_pace(rank, record["pace"])
-                    if record["pace"].get("cell_steps") is not None and rank not in self._steps_said:
-                        stats["step"] = record["pace"]["cell_steps"]
-        if stats:
-            self._figures(rank, stats)
-
-    def _figures(self, rank: int, stats: dict[str, Any]) -> None:
-        """A rank's new step, loss or last line for the sidebar: written soon, at most 4 times a second."""
-        self.pool.update_rank_stats({rank: stats}, publish=False)
-        now = time.monotonic()
-        if now - self._figures_published >= 0.25:
-            self._figures_published = now
-            self.pool.publish()
-
-    def _note_pace(self, rank: int, pace: dict[str, Any]) -> None:
-        """A rank's recent compute and wait per step (engine/pace.py): into the pool file; a straggler is named
-        under the cell, in the pool file and in the live view's status line."""
-        changed = self.pace.add(rank, pace.get("compute_ms", 0.0), pace.get("wait_ms", 0.0), time.monotonic())
-        self.pool.update_rank_stats({rank: self.pace.stats()[rank]}, publish=False)
-        if not changed:
-            if self.pace.straggler is not None:
-                self.pool.file.straggler = self.pace.straggler  # its ratio follows the latest means
-            return
-        self.pool.file.straggler = self.pace.straggler
-        message = self.pace.straggler.message if self.pace.straggler else None
-        if message:
-            print(f"jupyter-hvd: {message}.", file=sys.stderr, flush=True)
-        self.view.straggler(message)
-        self.pool.publish()
 
     def _check_mismatch(self) -> None:
         """End the cell when its collectives cannot match (kernel/failures.py): uneven ones wind it down, state kept;
@@ -438,21 +364,10 @@ class CellRun:
             self.ended_by = found
             self._begin_wind_down("mismatch")
 
-    def _note_nonfinite(self, rank: int, metric: str, value: Any, step: Any) -> None:
-        """Say once per cell where a metric first became NaN or Inf (the plot shows a gap from there)."""
-        if self.pool.file.nonfinite is not None or not isinstance(value, float) or math.isfinite(value):
-            return
-        where = f" at step {step:g}" if isinstance(step, (int, float)) else ""
-        message = f"{metric} became {value}{where} on rank {rank}"
-        self.pool.file.nonfinite = state.Nonfinite(rank, step, metric, message)
-        self.view.nonfinite(message)
-        print(f"jupyter-hvd: {message}.", file=sys.stderr, flush=True)
-
     def _finished(self, run: _RankRun, record: wire.CellRecord) -> None:
         run.record = record
         run.finished_at = time.monotonic()
-        if record.tail and run.rank not in self.last_lines:
-            self.last_lines[run.rank] = record.tail[-1][-200:]
+        self.figures.ended(run.rank, record.tail)
         if record.ok:
             run.state = "ok"
             run.ended_after_failure = self.reason is not None

@@ -1,0 +1,62 @@
+"""A running cell's figures (kernel/figures.py): what the sidebar, the view and the line under the cell get from the
+ranks' output and report() records. Pure logic: a fake pool file records what is written."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from jupyter_hvd.digest import Digest
+from jupyter_hvd.kernel.figures import CellFigures
+
+
+class FakePool:
+    def __init__(self) -> None:
+        self.file = SimpleNamespace(nonfinite=None, straggler=None)
+        self.stats: dict[int, dict[str, Any]] = {}
+        self.published = 0
+
+    def update_rank_stats(self, stats: dict[int, dict[str, Any]], publish: bool = True) -> None:
+        for rank, values in stats.items():
+            self.stats.setdefault(rank, {}).update(values)
+
+    def publish(self) -> None:
+        self.published += 1
+
+
+class FakeView:
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def nonfinite(self, message: str) -> None:
+        self.warnings.append(message)
+
+    def straggler(self, message: str | None) -> None:
+        pass
+
+
+def test_the_first_nan_is_said_once_under_the_cell_in_the_view_and_in_the_pool_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pool, view, digest = FakePool(), FakeView(), Digest()
+    figures = CellFigures(pool, view)  # type: ignore[arg-type]
+    figures.lines(digest.feed(1, "stdout", "step 1 loss=0.5\nstep 2 loss=nan\n"))
+    figures.lines(digest.feed(1, "stdout", "step 3 loss=inf\n"))
+    figures.records(0, [{"step": 4, "m": {"loss": float("nan")}}])
+    assert view.warnings == ["loss became nan at step 2 on rank 1"]
+    assert pool.file.nonfinite.rank == 1 and pool.file.nonfinite.step == 2
+    assert capsys.readouterr().err.count("became") == 1
+
+
+def test_each_ranks_step_loss_and_last_line_and_reported_steps_beat_the_pace_count() -> None:
+    pool, digest = FakePool(), Digest()
+    figures = CellFigures(pool, FakeView())  # type: ignore[arg-type]
+    figures.lines(digest.feed(0, "stdout", "epoch 1 step 7 loss=0.25\nwriting checkpoint"))
+    assert pool.stats[0] == {"last_line": "writing checkpoint", "step": 7, "loss": 0.25}
+    figures.records(1, [{"pace": {"compute_ms": 5.0, "wait_ms": 1.0, "cell_steps": 3}}])
+    assert pool.stats[1]["step"] == 3  # rank 1 prints nothing: its steps come from the pace timing
+    figures.records(1, [{"step": 10, "m": {"loss": 0.125}}])
+    figures.records(1, [{"pace": {"compute_ms": 5.0, "wait_ms": 1.0, "cell_steps": 4}}])
+    assert pool.stats[1]["step"] == 10 and pool.stats[1]["loss"] == 0.125  # report() says the step from now on
