@@ -103,12 +103,19 @@ def _first_collectives(hvd: Any, torch: Any, device: Any) -> None:
 
 def _warm_up(torch: Any, device: Any) -> None:
     """A first forward, backward and optimizer step on this rank's device, in a thread while the notebook goes on:
-    oneDNN, cuBLAS and cuDNN start at their first use (0.1-1 s), which would otherwise be the first training cell's."""
+    oneDNN, cuBLAS and cuDNN start at their first use (0.1-1 s), which would otherwise be the first training cell's.
+
+    It draws no random number: it may still run when the first cell seeds torch, and a draw here would change that
+    cell's numbers (a notebook and its exported script would no longer agree)."""
     try:
-        nn = torch.nn
-        model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8, 2)).to(device)
+        nn, skip = torch.nn, torch.nn.utils.skip_init
+        model = nn.Sequential(
+            skip(nn.Conv2d, 1, 2, 3, device=device), nn.ReLU(), nn.Flatten(), skip(nn.Linear, 8, 2, device=device)
+        )
+        for p in model.parameters():
+            p.detach().fill_(0.1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        model(torch.randn(2, 1, 4, 4, device=device)).sum().backward()
+        model(torch.ones(2, 1, 4, 4, device=device)).sum().backward()
         optimizer.step()
         optimizer.zero_grad()
     except Exception:
