@@ -186,7 +186,7 @@ def main() -> None:
         metric_lat = []
         for t, content, buffers in ups:
             if content["log"]:
-                for text, _ in content["log"]["append"]:
+                for text, *_ in content["log"]["append"]:
                     m = re.match(r"LAT (\d+\.\d+)", text)
                     if m:
                         line_lat.append(t - float(m[1]))

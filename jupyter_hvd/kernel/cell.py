@@ -415,6 +415,10 @@ class CellRun:
         if not set(self.pool.engine_ids()) <= set(client.ids):
             self._check_liveness()
             raise PoolLost(failures.dead("an engine left the pool", []))
+        if self.reason in ("interrupt", "mismatch"):
+            # The ranks still running get their SIGINT before any rank joins: a join lets the collective a running
+            # rank waits in complete, and that rank would go on with its cell before the signal lands.
+            self._advance_wind_down()
         channel = self.pool.channel
         assert channel is not None
         for run in self.runs.values():

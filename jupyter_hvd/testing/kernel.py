@@ -100,7 +100,7 @@ class CellResult:
             elif kind in ("display_data", "update_display_data"):
                 out.append((t, m["content"]["data"].get("text/plain", "")))
         for t, content, _ in self.updates:
-            out += [(t, text) for text, _ in (content.get("log") or {}).get("append", [])]
+            out += [(t, line[0]) for line in (content.get("log") or {}).get("append", [])]
         return sorted(out, key=lambda item: item[0])
 
 
