@@ -52,8 +52,10 @@ from ..wire import (
 )
 from . import collectives, debugger, idle, keep, outbox, runner, where
 
-# Output after a quiet spell leaves at once (leading edge); under load one message per stream per FLUSH_S at most.
-FLUSH_S = 0.02
+# Output after a quiet spell leaves at once (leading edge); under load one message per stream per FLUSH_S at most:
+# 20 a second is live to the eye, and each message costs the ranks CPU (a DDP cell printing every step was 3-6%
+# slower than under torchrun at 50 a second, within 2% at 20; bench/throughput.py --ddp --print-every 1).
+FLUSH_S = 0.05
 OUTPUT_CHUNK = 2**20  # characters of output per message (at most 4 bytes each: below wire.MAX_MESSAGE_BYTES)
 DISPLAY_BYTES_PER_CELL = 64 * 2**20  # displays of one cell beyond this are replaced by a note
 BETWEEN_CHARS = 20_000  # output between two cells sent to the kernel (a thread printing in a loop is cut there)
