@@ -7,11 +7,10 @@ import re
 import time
 from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from conftest import Kernel
+from conftest import CellResult, Kernel
 
 from jupyter_hvd.digest import Digest
 from jupyter_hvd.metrics import parse_line
@@ -209,48 +208,7 @@ def test_report_rejects_what_is_not_a_number() -> None:
 # ---- a real kernel and a real 2-rank pool ----------------------------------------------------------------------
 
 
-@dataclass
-class Run:
-    """Everything one cell sent on IOPub, with arrival times."""
-
-    messages: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
-    ended: float = 0.0
-
-    def of(self, kind: str) -> list[tuple[float, dict[str, Any]]]:
-        return [(t, m) for t, m in self.messages if m["msg_type"] == kind]
-
-    @property
-    def updates(self) -> list[tuple[float, dict[str, Any], list[Any]]]:
-        out = []
-        for t, m in self.of("comm_msg"):
-            data = m["content"]["data"]
-            if data.get("method") == "custom" and data["content"].get("type") == "update":
-                out.append((t, data["content"], m.get("buffers") or []))
-        return out
-
-    def points(self, name: str) -> tuple[list[float], list[float]]:
-        xs: list[float] = []
-        ys: list[float] = []
-        for _, content, buffers in self.updates:
-            for k, curve in enumerate(content["curves"]):
-                if curve["name"] != name:
-                    continue
-                if curve["reset"]:
-                    xs, ys = [], []
-                xs += array("d", bytes(buffers[2 * k]))
-                ys += array("d", bytes(buffers[2 * k + 1]))
-        return xs, ys
-
-    @property
-    def stdout(self) -> str:
-        return "".join(m["content"]["text"] for _, m in self.of("stream") if m["content"]["name"] == "stdout")
-
-    @property
-    def errors(self) -> list[dict[str, Any]]:
-        return [m["content"] for _, m in self.of("error")]
-
-
-def saved_outputs(run: Run) -> list[Any]:
+def saved_outputs(run: CellResult) -> list[Any]:
     """The cell's outputs as the notebook saves them: each display, updated in place by update_display_data."""
     import nbformat
 
@@ -269,40 +227,16 @@ def saved_outputs(run: Run) -> list[Any]:
     return outputs
 
 
-class LiveKernel:
-    def __init__(self, kernel: Kernel) -> None:
-        self.k = kernel
-
-    def run(self, code: str, timeout: float = 180.0) -> Run:
-        msg_id = self.k.kc.execute(code)
-        run = Run()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                msg = self.k.kc.get_iopub_msg(timeout=1.0)
-            except Exception:
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            run.messages.append((time.monotonic(), msg))
-            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                run.ended = time.monotonic()
-                return run
-        raise TimeoutError(f"cell did not finish within {timeout} s: {code[:80]!r}")
-
-
 @pytest.fixture(scope="module")
-def live() -> Iterator[LiveKernel]:
+def live() -> Iterator[Kernel]:
     """A real kernel whose %%hvd cells show the live widget, with a 2-rank pool; both stopped afterwards."""
     k = Kernel()
-    lk = LiveKernel(k)
     try:
-        started = lk.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'widget'\n%hvd_start -np 2")
-        assert not started.errors, started.errors
-        yield lk
+        k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'widget'\n%hvd_start -np 2", timeout=180).check()
+        yield k
     finally:
         try:
-            lk.run("%hvd_stop", timeout=60)
+            k.run("%hvd_stop", timeout=60)
         finally:
             k.shutdown()
 
@@ -320,13 +254,13 @@ print("done")
 """
 
 
-def test_the_plot_grows_while_the_cell_runs_and_the_log_keeps_up(live: LiveKernel) -> None:
+def test_the_plot_grows_while_the_cell_runs_and_the_log_keeps_up(live: Kernel) -> None:
     run = live.run(TRAIN.format(options="", steps=150, average=""))
-    assert not run.errors, run.errors
+    assert run.error is None, run.error_text
     updates = run.updates
     assert updates, "no live updates were sent"
     first_point = next(t for t, content, _ in updates if content["curves"])
-    assert run.ended - first_point > 1.5, "points only arrived at the end of the cell"
+    assert run.finished - first_point > 1.5, "points only arrived at the end of the cell"
     xs, ys = run.points("loss")
     assert xs == list(range(150))  # every step, once, in order
     assert ys == pytest.approx([10.0 / (s + 1) for s in range(150)])  # rank 0's values
@@ -369,11 +303,11 @@ for i in bar:
 """
 
 
-def test_a_tqdm_bar_fills_the_plot_the_status_and_every_ranks_loss_in_the_sidebar(live: LiveKernel) -> None:
+def test_a_tqdm_bar_fills_the_plot_the_status_and_every_ranks_loss_in_the_sidebar(live: Kernel) -> None:
     from jupyter_hvd import state
 
     run = live.run(TQDM)
-    assert not run.errors, run.errors
+    assert run.error is None, run.error_text
     xs, ys = run.points("loss")
     assert xs == list(range(1, 41)) and ys == pytest.approx([1 / (i + 1) for i in range(40)])  # exact, rank 0's
     status = run.updates[-1][1]["status"]
@@ -390,16 +324,16 @@ def test_a_tqdm_bar_fills_the_plot_the_status_and_every_ranks_loss_in_the_sideba
     assert losses == pytest.approx({0: 1 / 40, 1: 2 / 40}), "every rank's loss in the sidebar"
 
 
-def test_average_true_plots_the_mean_of_the_ranks(live: LiveKernel) -> None:
+def test_average_true_plots_the_mean_of_the_ranks(live: Kernel) -> None:
     run = live.run(TRAIN.format(options="", steps=20, average=", average=True"))
-    assert not run.errors, run.errors
+    assert run.error is None, run.error_text
     xs, ys = run.points("loss")
     assert xs == list(range(20))
     # rank 0 reports 10/(s+1), rank 1 reports 20/(s+1): their mean.
     assert ys == pytest.approx([15.0 / (s + 1) for s in range(20)])
 
 
-def test_printed_metrics_plot_with_no_code_change(live: LiveKernel) -> None:
+def test_printed_metrics_plot_with_no_code_change(live: Kernel) -> None:
     code = (
         "%%hvd --plot loss,acc\nimport time\nfor epoch in range(6):\n"
         "    time.sleep(0.05)\n    print(f'Epoch {epoch}: loss={1 / (epoch + 1):.3f} acc={epoch / 10:.2f}')\n"
@@ -409,13 +343,13 @@ def test_printed_metrics_plot_with_no_code_change(live: LiveKernel) -> None:
     assert run.points("acc")[1] == pytest.approx([0, 0.1, 0.2, 0.3, 0.4, 0.5])
 
 
-def test_no_plot_sends_the_log_but_no_points(live: LiveKernel) -> None:
+def test_no_plot_sends_the_log_but_no_points(live: Kernel) -> None:
     run = live.run("%%hvd --no-plot\nprint('loss=1.0')\nprint('loss=0.5')")
     assert all(not c["curves"] for _, c, _ in run.updates)
     assert [t for _, c, _ in run.updates if c["log"] for t, _, _ in c["log"]["append"]] == ["loss=1.0", "loss=0.5"]
 
 
-def test_the_saved_notebook_shows_the_final_curve_without_widgets(live: LiveKernel) -> None:
+def test_the_saved_notebook_shows_the_final_curve_without_widgets(live: Kernel) -> None:
     import nbformat
     from nbconvert import HTMLExporter
 
@@ -435,7 +369,7 @@ def test_the_saved_notebook_shows_the_final_curve_without_widgets(live: LiveKern
     assert "finished · 2 ranks · step 29" in html  # the status
 
 
-def test_a_kernel_without_a_widget_front_end_streams_text_and_keeps_a_final_plot(live: LiveKernel) -> None:
+def test_a_kernel_without_a_widget_front_end_streams_text_and_keeps_a_final_plot(live: Kernel) -> None:
     live.run("%config HvdPool.live_view = 'text'")
     try:
         run = live.run(TRAIN.format(options="", steps=40, average=""))
@@ -448,25 +382,25 @@ def test_a_kernel_without_a_widget_front_end_streams_text_and_keeps_a_final_plot
     assert "loss" in final["text/plain"]
 
 
-def test_a_failed_cell_ends_the_view_as_stopped_and_shows_the_error(live: LiveKernel) -> None:
+def test_a_failed_cell_ends_the_view_as_stopped_and_shows_the_error(live: Kernel) -> None:
     run = live.run(
         "%%hvd\nimport time\nprint('loss=1.0', flush=True)\ntime.sleep(0.3)\nif rank == 1:\n    raise KeyError('boom')"
     )
     assert run.updates[-1][1]["status"]["state"] == "failed"
-    assert run.errors and "KeyError" in "".join(run.errors[0]["traceback"])
+    assert run.error and "KeyError" in run.error_text
     (final,) = saved_outputs(run)
     assert "stopped (error or interrupt)" in final["data"]["text/plain"]
     assert final["data"][MIME]["status"]["state"] == "failed"
 
 
-def test_every_failed_cell_ends_with_the_same_status_line(live: LiveKernel) -> None:
+def test_every_failed_cell_ends_with_the_same_status_line(live: Kernel) -> None:
     """A quick NameError (no view shown yet) and a ValueError after some output end alike: a status line, then the
     error."""
     quick = live.run("%%hvd\nundefined_name")
     late = live.run("%%hvd\nimport time\nprint('working', flush=True)\ntime.sleep(0.3)\nraise ValueError('boom')")
     statuses = []
     for run in (quick, late):
-        assert run.errors
+        assert run.error is not None
         (final,) = saved_outputs(run)
         statuses.append(final["data"][MIME]["status"])
         assert final["data"]["text/plain"].splitlines()[-1].startswith("[jupyter-hvd] stopped (error or interrupt)")
@@ -474,12 +408,12 @@ def test_every_failed_cell_ends_with_the_same_status_line(live: LiveKernel) -> N
     assert not quick.of("comm_open"), "a quick failed cell needs no widget for its status line"
 
 
-def test_a_quick_silent_cell_shows_no_view_and_a_long_one_does(live: LiveKernel) -> None:
+def test_a_quick_silent_cell_shows_no_view_and_a_long_one_does(live: Kernel) -> None:
     quick = live.run("%%hvd\nimport torch\nmodel = torch.nn.Linear(4, 2)")
-    assert not quick.of("comm_open") and not quick.of("display_data") and not quick.errors
+    assert not quick.of("comm_open") and not quick.of("display_data") and quick.error is None
     slow = live.run("%%hvd\nimport time\ntime.sleep(1.6)")
     opened = min(t for t, _ in slow.of("comm_open"))  # the widget (and its ipywidgets layout)
-    assert slow.ended - opened > 0.3  # shown while the cell still ran, not at its end
+    assert slow.finished - opened > 0.3  # shown while the cell still ran, not at its end
     assert slow.updates[-1][1]["status"]["state"] == "done"
 
 
