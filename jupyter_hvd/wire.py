@@ -126,7 +126,16 @@ class InputReply:
     text: str
 
 
-Request = RunCell | Join | Rest | Ping | Keep | Commit | Prune | Where | Debug | InputReply
+@dataclass(frozen=True)
+class Interrupt:
+    """Stop cell (or debug session) `cell` on this rank with KeyboardInterrupt: at once where it runs, before its
+    first line where it has not started yet, not at all where it ended (handled on the rank's reading thread; a
+    signal from outside could land before the cell began, and be lost, or after it ended, in what came next)."""
+
+    cell: int
+
+
+Request = RunCell | Join | Rest | Ping | Keep | Commit | Prune | Where | Debug | InputReply | Interrupt
 
 # ---- messages: a rank -> the kernel (events) ---------------------------------------------------------------
 

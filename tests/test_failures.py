@@ -183,7 +183,7 @@ class FakePool:
     def death_report(self) -> str:
         return "rank 1 (pid 101) died on signal 9 (Killed)"
 
-    def interrupt(self, ranks: list[int]) -> None:
+    def interrupt(self, ranks: list[int], cell: int) -> None:
         self.interrupted += ranks
         if self._on_interrupt is not None:
             self._on_interrupt(self.channel, ranks)

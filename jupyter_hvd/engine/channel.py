@@ -35,6 +35,7 @@ from ..wire import (
     Debugged,
     Display,
     InputReply,
+    Interrupt,
     Join,
     Joined,
     Keep,
@@ -73,6 +74,12 @@ class Channel:
         self._sent = 0  # the number of the last event sent (wire.pack's seq; each socket counts on its own)
         self._kernel_seq = 0  # the number of the last request taken: an older one is a replay
         self._display_bytes = 0  # displays sent by the running cell
+        # What an Interrupt may stop: the cell (or debug session) whose run has SIGINT enabled now; the newest one
+        # begun; interrupts of cells not begun yet. The kernel numbers cells and debug sessions with one counter.
+        self._interrupt_lock = threading.Lock()
+        self._interruptible: int | None = None
+        self._begun = 0
+        self._cancelled: set[int] = set()
         ctx = zmq.Context.instance()
         self._requests = ctx.socket(zmq.DEALER)
         self._requests.setsockopt(zmq.IDENTITY, self.identity)
@@ -136,16 +143,58 @@ class Channel:
                     self.problem(f"'where' could not be answered: {type(exc).__name__}: {exc}")
             elif isinstance(message, InputReply):
                 debugger.reply(message)
+            elif isinstance(message, Interrupt):
+                self._interrupt(message.cell)
             else:
                 self._loop.add_callback(self._on_request, message)
 
+    def _interrupt(self, cell: int) -> None:
+        """Stop `cell` (on the reading thread): SIGINT to the main thread where it runs, noted where not begun."""
+        with self._interrupt_lock:
+            if self._interruptible == cell:
+                main = threading.main_thread().ident
+                if main is not None:
+                    signal.pthread_kill(main, signal.SIGINT)  # the main thread's own: a wait there wakes (EINTR)
+            elif cell > self._begun:
+                self._cancelled.add(cell)
+
+    def _interruptible_run(self, cell: int | None, fn: Any, *args: Any) -> Any:
+        """`fn(*args)` with Ctrl-C enabled (as ipykernel does while it handles a request; engines ignore SIGINT
+        otherwise), and, for a cell or debug session, Interrupts of it; a record of the interrupt instead where one
+        came before it began. Never raises: a KeyboardInterrupt that lands outside `fn`'s own handling is a record."""
+        saved: Any = None
+        try:
+            with self._interrupt_lock:
+                if cell is not None:
+                    self._begun = max(self._begun, cell)
+                    if cell in self._cancelled:
+                        self._cancelled.discard(cell)
+                        raise KeyboardInterrupt  # the kernel stopped it before it began: none of it runs
+                    self._cancelled = {c for c in self._cancelled if c > cell}
+                saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+                self._interruptible = cell
+            return fn(*args)
+        except BaseException as exc:
+            return {"ok": False, "error": runner.describe_exception(exc)}
+        finally:
+            with self._interrupt_lock:
+                if saved is not None:
+                    signal.signal(signal.SIGINT, saved)
+                self._interruptible = None
+
     def _on_request(self, message: wire.Request) -> None:
+        try:
+            self._handle(message)
+        except KeyboardInterrupt:  # a late Ctrl-C that landed as a run wound down: the request was handled
+            pass
+
+    def _handle(self, message: wire.Request) -> None:
         if isinstance(message, RunCell):
             self._run_cell(message)
         elif isinstance(message, Join):
             self._join(message.cell)
         elif isinstance(message, Rest):
-            result = _interruptible(idle.rest)
+            result = self._interruptible_run(None, idle.rest)
             error = result.get("error")
             if error:
                 self.problem(f"Horovod's idle rest failed: {error['ename']}: {error['evalue']}")
@@ -156,7 +205,7 @@ class Channel:
         elif isinstance(message, Keep):
             keep.configure(message.names, message.directory)
         elif isinstance(message, Commit):  # the end of a successful cell, or %hvd_keep
-            failed = _interruptible(keep.snapshot, message.gen, message.count)
+            failed = self._interruptible_run(None, keep.snapshot, message.gen, message.count)
             if isinstance(failed, dict) and failed.get("error"):
                 self.problem(f"the snapshot of the kept names failed: {failed['error']['evalue']}")
         elif isinstance(message, Prune):
@@ -164,7 +213,7 @@ class Channel:
         elif isinstance(message, Debug):
             self.cell = message.n
             try:
-                error = _interruptible(debugger.post_mortem, message.n)
+                error = self._interruptible_run(message.n, debugger.post_mortem, message.n)
             finally:
                 self.cell = None
             self.send(Debugged(self.rank, message.n, error if isinstance(error, str) else str(error.get("error"))))
@@ -177,7 +226,8 @@ class Channel:
         self._display_bytes = 0
         out = _CellText(self, "stdout")
         err = _CellText(self, "stderr")
-        record = _interruptible(
+        record = self._interruptible_run(
+            request.cell,
             runner.run_cell,
             request.source,
             request.filename,
@@ -200,7 +250,7 @@ class Channel:
         self.cell = None
 
     def _join(self, cell: int) -> None:
-        result = _interruptible(runner.leave_collectives)
+        result = self._interruptible_run(None, runner.leave_collectives)
         self.send(Joined(self.rank, cell, bool(result.get("ok")), result.get("in_flight", 0), result.get("error")))
 
     # ---- events --------------------------------------------------------------------------------------------
@@ -363,20 +413,6 @@ class _CellText:
 
     def flush(self) -> None:
         pass  # the flusher thread sends at once or within FLUSH_S; a loop's flush=True must not wait for the network
-
-
-def _interruptible(fn: Any, *args: Any) -> Any:
-    """Call `fn` with Ctrl-C enabled, as ipykernel does while it handles a request (engines ignore SIGINT otherwise).
-
-    A KeyboardInterrupt that lands outside `fn`'s own handling still ends in a record, never in the event loop.
-    """
-    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return fn(*args)
-    except BaseException as exc:
-        return {"ok": False, "error": runner.describe_exception(exc)}
-    finally:
-        signal.signal(signal.SIGINT, saved)
 
 
 _DISPLAY_CAP_NOTE = f"[jupyter-hvd] more displays than {DISPLAY_BYTES_PER_CELL // 2**20} MB in one cell: not shown"

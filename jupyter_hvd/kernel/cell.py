@@ -248,6 +248,9 @@ class CellRun:
         if time.monotonic() >= self._next_liveness_check:  # psutil per rank: not on every event
             self._next_liveness_check = time.monotonic() + TICK_S
             self._check_liveness()
+        if self.pool.pending_action is not None and self.reason is None:  # the sidebar's Interrupt, Restart or Stop
+            self.interrupted_by = "from the sidebar"
+            self._begin_wind_down("interrupt")
         if self.pool.where_asked is not None and self.reason is None:  # the sidebar's Where: said under the cell
             full, self.pool.where_asked = self.pool.where_asked, None
             self._say_where("the sidebar asked", full)
@@ -438,7 +441,7 @@ class CellRun:
         grace = 0.0 if self.reason in ("interrupt", "mismatch") else GRACE_S
         running = [r for r in self.runs.values() if r.state == "running" and r.signaled_at is None]
         if running and now >= self.failed_at + grace:
-            self.pool.interrupt([r.rank for r in running])
+            self.pool.interrupt([r.rank for r in running], self.number)
             for r in running:
                 r.signaled_at = now
         if self.pool.torch_distributed:

@@ -30,7 +30,7 @@ class Pool(Protocol):
 
     def death_report(self) -> str: ...
 
-    def interrupt(self, ranks: list[int]) -> None: ...
+    def interrupt(self, ranks: list[int], cell: int) -> None: ...
 
 
 def prompt(request: wire.InputRequest) -> str:
@@ -80,7 +80,7 @@ def post_mortem(pool: Pool, rank: int, n: int) -> None:
         except KeyboardInterrupt:
             if leave_by is not None:
                 raise
-            pool.interrupt([rank])  # at its prompt pdb quits; in a command it prompts again, answered q below
+            pool.interrupt([rank], n)  # at its prompt pdb quits; in a command it prompts again, answered q below
             leave_by = time.monotonic() + LEAVE_S
             continue
         if ended is not None:

@@ -114,9 +114,8 @@ def _carry_out_pending(pool: Pool) -> str:
 
 def act(pool: Pool, action: str) -> None:
     """The sidebar's Restart or Stop between cells (on the kernel's main loop): said under the next cell."""
-    if pool.busy_cell is not None:  # a cell started in between: it carries the action out when it ends
+    if pool.busy_cell is not None:  # a cell started in between: it stops, then carries the action out
         pool.pending_action = action
-        pool.interrupt([r.rank for r in pool.ranks])
         return
     at = time.strftime("%H:%M:%S")
     if action == "restart":

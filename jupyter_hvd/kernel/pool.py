@@ -369,9 +369,16 @@ class Pool:
         """ipyparallel engine ids, in rank order."""
         return [r.engine_id for r in self.ranks]
 
-    def interrupt(self, ranks: list[int]) -> None:
-        """SIGINT the engines of `ranks`: their running cell raises KeyboardInterrupt."""
-        self.launcher.interrupt([r for r in self.ranks if r.rank in ranks])
+    def interrupt(self, ranks: list[int], cell: int) -> None:
+        """Stop cell (or debug session) `cell` on `ranks` with KeyboardInterrupt: where it runs, and where it has not
+        begun yet (wire.Interrupt). A rank that cannot be reached is found dead by the liveness checks."""
+        if self.channel is None:
+            return
+        for rank in ranks:
+            try:
+                self.channel.send(rank, wire.Interrupt(cell))
+            except ChannelError:
+                pass
 
     def dead_ranks(self) -> list[int]:
         """Ranks whose engine process is gone; on other hosts, ranks whose engine left the controller."""

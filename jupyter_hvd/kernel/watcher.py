@@ -154,9 +154,9 @@ class PoolWatcher(threading.Thread):
             self.answer_where()
             return
         if action == "interrupt" or pool.busy_cell is not None:
-            # A running cell ends through its own wind-down; restart/stop then run on the main thread.
-            pool.interrupt([r.rank for r in pool.ranks])
-            if action != "interrupt" or pool.busy_cell is not None:  # the cell says it was the sidebar's
+            # A running cell takes it on the main thread within a tick, and ends through its own wind-down;
+            # restart/stop then run after it. An interrupt with no cell running has nothing to stop.
+            if action != "interrupt" or pool.busy_cell is not None:
                 pool.pending_action = action
             return
         if self._main_loop is not None and not self._main_loop.is_closed():
