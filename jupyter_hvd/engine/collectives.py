@@ -96,13 +96,14 @@ def started_one(kind: str) -> None:
 
 
 @contextlib.contextmanager
-def waiting(name: str, before: int | None = None) -> Iterator[None]:
-    """This thread waits in collective `name` while the block runs (torch.distributed releases the GIL there too);
-    `before`: the collectives it started before this one (default: all but the last started)."""
+def waiting(name: str, before: int | None = None, kind: str = "") -> Iterator[None]:
+    """This thread waits in collective `name` (of `kind`: allreduce, broadcast...) while the block runs
+    (torch.distributed releases the GIL there too); `before`: the collectives it started before this one (default:
+    all but the last started)."""
     ident = threading.get_ident()
     with _lock:
         _waiting[ident] = (name, time.monotonic(), _started - 1 if before is None else before)
-        _kinds[ident] = ""
+        _kinds[ident] = kind
     try:
         yield
     finally:

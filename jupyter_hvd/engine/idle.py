@@ -21,6 +21,7 @@ Imported on the engines only.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import threading
 import time
@@ -375,6 +376,11 @@ def _using_horovod(real: Any, kind: str = "") -> Any:
     if getattr(real, "_jupyter_hvd_wakes", False):
         return real
 
+    try:
+        signature: inspect.Signature | None = inspect.signature(real)
+    except (TypeError, ValueError):
+        signature = None
+
     @functools.wraps(real)
     def use(*args: Any, **kwargs: Any) -> Any:
         global _uses, _using, _last_use
@@ -382,7 +388,7 @@ def _using_horovod(real: Any, kind: str = "") -> Any:
             _uses += 1
             _last_use = time.monotonic()
             if _resting:
-                _wake_for(kind or real.__name__)
+                _wake_for(kind or real.__name__, _tensor_name(signature, args, kwargs))
             _using += 1
         try:
             return real(*args, **kwargs)
@@ -395,12 +401,24 @@ def _using_horovod(real: Any, kind: str = "") -> Any:
     return use
 
 
-def _wake_for(what: str) -> None:
-    """Start Horovod for a use of it; the rank counts as waiting in a collective meanwhile (the others must start it
-    too), so the kernel sees a rank that waits for peers that finished their cell."""
+def _tensor_name(signature: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The `name=` a Horovod call was given ('' where none)."""
+    if signature is None:
+        return ""
+    try:
+        name = signature.bind(*args, **kwargs).arguments.get("name")
+    except TypeError:
+        return ""
+    return name if isinstance(name, str) else ""
+
+
+def _wake_for(kind: str, name: str) -> None:
+    """Start Horovod for a use of it (`kind`, of tensor `name`); the rank counts as waiting in that collective
+    meanwhile (the others must start Horovod too), so the kernel sees a rank that waits for peers that finished their
+    cell, and Where names the collective and its tensor as it will once Horovod runs."""
     from . import collectives
 
-    with collectives.waiting(f"{what} (Horovod starting again)", collectives.started()):
+    with collectives.waiting(name or kind, collectives.started(), kind=kind if name else ""):
         wake()
 
 
