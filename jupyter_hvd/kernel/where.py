@@ -263,10 +263,32 @@ def outside_stacks(pids: dict[int, bool]) -> dict[int, list[wire.Frame]]:
     """The main thread's frames of local processes (pid -> whether it is stopped), innermost last, from the cell's
     down, read by py-spy without running anything in them; a pid py-spy cannot read (not installed, not permitted)
     is left out. A stopped process gives its Python frames only (py-spy cannot pause it further), a running one its
-    native frames too."""
+    native frames too: read again (a few times, within PYSPY_S) where the native unwinding failed at the instruction
+    it caught, which leaves the Python frames only."""
     spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
     if not spy or not pids:
         return {}
+    deadline = time.monotonic() + PYSPY_S
+    stacks: dict[int, list[wire.Frame]] = {}
+    todo = dict(pids)
+    for _ in range(NATIVE_TRIES):
+        for pid, frames in _dump(spy, todo, deadline).items():
+            stacks[pid] = frames
+        todo = {pid: False for pid, stopped in todo.items() if not stopped and not _native_inside(stacks.get(pid))}
+        if not todo or time.monotonic() > deadline - 0.5:
+            break
+    return stacks
+
+
+NATIVE_TRIES = 3
+
+
+def _native_inside(frames: list[wire.Frame] | None) -> bool:
+    """Whether py-spy read the innermost frame in native code (or read nothing to try again for)."""
+    return not frames or frames[-1]["line"] == 0
+
+
+def _dump(spy: str, pids: dict[int, bool], deadline: float) -> dict[int, list[wire.Frame]]:
     runs = {}
     for pid, stopped in pids.items():
         args = [spy, "dump", "--pid", str(pid), "--full-filenames", "--nonblocking" if stopped else "--native"]
@@ -274,7 +296,6 @@ def outside_stacks(pids: dict[int, bool]) -> dict[int, list[wire.Frame]]:
             runs[pid] = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         except OSError:
             continue
-    deadline = time.monotonic() + PYSPY_S
     stacks = {}
     for pid, run in runs.items():
         try:
