@@ -19,6 +19,7 @@ from jupyter_hvd.kernel import failures
 from jupyter_hvd.kernel.cell import CellOptions, CellRun
 from jupyter_hvd.kernel.errors import CellFailed
 from jupyter_hvd.kernel.failures import Done, Wait
+from jupyter_hvd.widgets import QuietView
 
 # ---- the detectors -----------------------------------------------------------------------------------------------
 
@@ -114,21 +115,12 @@ class FakeChannel:
         return None
 
 
-class FakeView:
+class FakeView(QuietView):
+    """The quiet view (the CellView protocol), remembering how the cell ended."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.closed_ok: bool | None = None
-
-    def output(self, rank: int, name: str, text: str) -> None:
-        pass
-
-    def metrics(self, rank: int, records: Any) -> None:
-        pass
-
-    def straggler(self, message: str | None) -> None:
-        pass
-
-    def tick(self) -> None:
-        pass
 
     def close(self, ok: bool) -> None:
         self.closed_ok = ok

@@ -10,6 +10,7 @@ import pytest
 
 from jupyter_hvd.digest import Digest
 from jupyter_hvd.kernel.figures import CellFigures
+from jupyter_hvd.widgets import QuietView
 
 
 class FakePool:
@@ -26,15 +27,15 @@ class FakePool:
         self.published += 1
 
 
-class FakeView:
+class FakeView(QuietView):
+    """The quiet view (the CellView protocol), remembering the NaN warnings it was given."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.warnings: list[str] = []
 
     def nonfinite(self, message: str) -> None:
         self.warnings.append(message)
-
-    def straggler(self, message: str | None) -> None:
-        pass
 
 
 def test_the_first_nan_is_said_once_under_the_cell_in_the_view_and_in_the_pool_file(

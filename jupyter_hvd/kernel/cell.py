@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from IPython.display import display, publish_display_data
+from IPython.display import display
 
 from .. import wire
 from ..digest import Digest
@@ -60,6 +60,7 @@ class CellOptions:
     every_value: bool = False  # run() returns every rank's last expression, {rank: value} (display_value False)
     where_full: bool = False  # where the ranks are (stop button, stall) with library frames too
     time_limit: float | None = None  # seconds the cell may run before it is ended as if interrupted (replays)
+    interactive: bool = True  # the user watches: pdb at a breakpoint() asks them (a replay's goes on)
 
 
 @dataclass
@@ -272,12 +273,15 @@ class CellRun:
         if getattr(ev, "cell", None) != self.number or run is None:
             return  # a late event of an earlier cell, or of an engine that is no longer in the pool
         if isinstance(ev, wire.Output) and ev.stream == "pdb":
-            debugger.show(ev)
+            if self.options.interactive:
+                debugger.show(ev)
         elif isinstance(ev, wire.Debugging):  # a breakpoint() holds that rank in pdb, or let it go
             self._note_debugging(ev)
         elif isinstance(ev, wire.InputRequest):  # pdb at a breakpoint() on that rank waits for a command
             if self.reason is not None:
                 debugger.send(self.pool, ev, "q")  # the cell is ending: pdb quits, nobody is asked
+            elif not self.options.interactive:
+                debugger.send(self.pool, ev, "c")  # a replay nobody watches: a breakpoint() in it goes on
             else:
                 debugger.answer(self.pool, ev)  # the stop button there: KeyboardInterrupt, as anywhere in the wait
         elif isinstance(ev, wire.Output):
@@ -293,8 +297,7 @@ class CellRun:
             self.figures.records(ev.rank, ev.records)
             self.view.metrics(ev.rank, ev.records)
         elif isinstance(ev, wire.Display):
-            if ev.rank == self.options.show_ranks[0]:
-                publish_display_data(ev.data, ev.metadata)
+            self.view.display(ev.rank, ev.data, ev.metadata)
         elif isinstance(ev, wire.CellEnded):
             if run.state == "running":
                 self._finished(run, ev.record)
@@ -315,12 +318,13 @@ class CellRun:
         """Who is in the debugger: said under the cell, and the rank's state in the sidebar."""
         if ev.active and ev.rank not in self._in_debugger:
             self._in_debugger.add(ev.rank)
-            print(
-                f"jupyter-hvd: rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in the "
-                "input box (c continues, q stops the cell); the other ranks go on until they wait for it.",
-                file=sys.stderr,
-                flush=True,
-            )
+            if self.options.interactive:  # a replay's breakpoint() goes on by itself
+                print(
+                    f"jupyter-hvd: rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in "
+                    "the input box (c continues, q stops the cell); the other ranks go on until they wait for it.",
+                    file=sys.stderr,
+                    flush=True,
+                )
         elif not ev.active:
             self._in_debugger.discard(ev.rank)
             self.pool.file.end_of_debugging(ev.rank)

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from ..widgets import QuietView
 from .cell import CellOptions, CellRun
 from .errors import CellFailed
 from .failures import PoolLost
@@ -28,39 +29,17 @@ ENGINE = "__import__('jupyter_hvd.engine.keep_restore', fromlist=['prepare'])"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-class Quiet:
-    """The CellView of a cell the user did not type (a replay, a restore): its output is kept, not shown."""
-
-    def __init__(self) -> None:
-        self.text: list[str] = []
-
-    def output(self, rank: int, name: str, text: str) -> None:
-        if rank == 0:
-            self.text.append(text)
-
-    def metrics(self, rank: int, records: Any) -> None:
-        pass
-
-    def straggler(self, message: str | None) -> None:
-        pass
-
-    def tick(self) -> None:
-        pass
-
-    def close(self, ok: bool) -> None:
-        pass
-
-
 def run_quietly(pool: Pool, source: str, count: int | None = None, every_value: bool = False) -> tuple[Any, str]:
     """Run `source` on every rank without showing it; (rank 0's last value, or every rank's with `every_value`;
     '' or why it failed, in one line). PoolLost: the pool was lost with it."""
     options = CellOptions(
-        view=Quiet(),
+        view=QuietView(),
         count=count,
         record=False,
         display_value=False,
         every_value=every_value,
         time_limit=pool.options.timeout,  # a replay or a restore nobody watches must end by itself too
+        interactive=False,
     )
     try:
         return CellRun(pool, source, options).run(), ""

@@ -9,6 +9,9 @@ import os
 from typing import Any, Protocol
 
 from ..digest import Chunk
+from .quiet import QuietView
+
+__all__ = ["VIEW_MODES", "CellView", "QuietView", "front_end_draws_widgets", "plain_view", "view_for_cell"]
 
 VIEW_MODES = ("auto", "widget", "text", "off")  # auto: the widget where the front end draws widgets, else text
 
@@ -27,6 +30,9 @@ class CellView(Protocol):
 
     def straggler(self, message: str | None) -> None:
         """The rank that sets the pace ("rank 1 is the straggler: ..."), or None once there is none."""
+
+    def display(self, rank: int, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        """A `display()` (a plot, a table, a widget) made on `rank`."""
 
     def tick(self) -> None:
         """Called at least every quarter second while the cell runs."""

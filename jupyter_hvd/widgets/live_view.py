@@ -27,6 +27,7 @@ from IPython.display import display, update_display
 from ..digest import Chunk
 from .curves import Curves
 from .log import LogBuffer, LogDelta
+from .plain import show_display
 from .static_plot import SAVED_LOG_LINES, saved_bundle
 
 # Well above a loop printing at 20 Hz: with the gap equal to the print interval, one late send made every later line
@@ -136,6 +137,10 @@ class LiveView:
         with self._lock:
             self.curves.straggler = message
         self._dirty.set()
+
+    def display(self, rank: int, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        """A rank's display(), in the notebook (the first shown rank's)."""
+        show_display(rank, self.show_ranks, data, metadata)
 
     def tick(self) -> None:
         """Called by the cell runner while the cell runs: a silent cell gets its view once it runs a while."""

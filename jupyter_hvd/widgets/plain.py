@@ -9,8 +9,16 @@ import sys
 import time
 from typing import Any
 
+from IPython.display import publish_display_data
+
 from .. import compat
 from ..digest import Chunk
+
+
+def show_display(rank: int, show_ranks: list[int], data: dict[str, Any], metadata: dict[str, Any]) -> None:
+    """A rank's `display()` in the notebook, where the cell shows that rank first (every shown view does this)."""
+    if rank == min(show_ranks):
+        publish_display_data(data, metadata)
 
 
 class OutputRouter:
@@ -70,6 +78,7 @@ class PlainView:
 
     def __init__(self, show_ranks: list[int]) -> None:
         self.router = OutputRouter(show_ranks)
+        self.show_ranks = sorted(show_ranks)
 
     def output(self, chunk: Chunk) -> None:
         self.router.feed(chunk.rank, chunk.stream, chunk.text)
@@ -82,6 +91,9 @@ class PlainView:
 
     def straggler(self, message: str | None) -> None:
         pass  # the cell runner prints the straggler under the cell
+
+    def display(self, rank: int, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        show_display(rank, self.show_ranks, data, metadata)
 
     def tick(self) -> None:
         pass

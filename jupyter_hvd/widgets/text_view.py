@@ -14,7 +14,7 @@ from IPython.display import display
 
 from ..digest import Chunk
 from .curves import Curves
-from .plain import OutputRouter
+from .plain import OutputRouter, show_display
 from .static_plot import saved_bundle
 
 
@@ -46,6 +46,10 @@ class TextView:
     def straggler(self, message: str | None) -> None:
         """The rank that sets the pace: the cell runner prints it under the cell; kept for the final status."""
         self.curves.straggler = message
+
+    def display(self, rank: int, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        """A rank's display(), in the notebook (the first shown rank's)."""
+        show_display(rank, self.show_ranks, data, metadata)
 
     def tick(self) -> None:
         """Nothing to do while the cell runs: text is written as it arrives."""
