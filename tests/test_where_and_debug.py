@@ -270,7 +270,11 @@ def test_a_rank_in_pdb_is_not_taken_for_uneven_collectives(kernel):
 
 def test_q_or_the_stop_button_at_a_breakpoints_prompt_ends_the_cell_on_every_rank(kernel):
     k = kernel
-    cell = "%%hvd\nif rank == 1:\n    breakpoint()\nhvd.allreduce(torch.ones(1), name='after_bp')\nprint('went on')"
+    # 'before_bp' first: rank 0 is in the cell, and waits in 'after_bp', by the time rank 1 is at its prompt.
+    cell = (
+        "%%hvd\nhvd.allreduce(torch.ones(1), name='before_bp')\nif rank == 1:\n    breakpoint()\n"
+        "hvd.allreduce(torch.ones(1), name='after_bp')\nprint('went on')"
+    )
     r = k.run(cell, inputs=["q"], timeout=60)
     assert r.status == "error" and "went on" not in r.stdout, r.stdout
     assert "Interrupted: ranks 0-1 stopped." in r.error_text, r.error_text  # pdb's quit, not an error of the user's
@@ -282,6 +286,6 @@ def test_q_or_the_stop_button_at_a_breakpoints_prompt_ends_the_cell_on_every_ran
     r = k.run(cell, inputs=stop_instead, timeout=60)
     assert r.status == "error", r.stdout
     assert "went on" not in r.stdout, r.stdout
-    assert "rank 1: in the debugger (pdb) at cell line 4" in r.stderr, r.stderr
-    assert "rank 0: waiting in allreduce 'after_bp' (cell line 4)" in r.stderr, r.stderr
+    assert "rank 1: in the debugger (pdb) at cell line 5" in r.stderr, r.stderr
+    assert "rank 0: waiting in allreduce 'after_bp' (cell line 5)" in r.stderr, r.stderr
     healthy(k)

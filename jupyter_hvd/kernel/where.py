@@ -154,9 +154,10 @@ def ask(
     try:
         places = _answers(pool, channel, meanwhile)
         lines = {rank: describe(place, full) for rank, place in places.items()}
-        for rank, text in (ended or {}).items():
-            if rank in places and places[rank].cell is None:
-                lines[rank] = text
+        for rank, place in places.items():
+            if source is not None and place.cell is None and not place.debugger:
+                # The cell was sent: this rank is done with it, or has not begun it (busy with what came before).
+                lines[rank] = (ended or {}).get(rank, "has not begun this cell yet")
         silent = [r for r in pool.ranks if r.rank not in lines]
         if silent:
             lines.update(_from_outside(pool, silent, full, source))
