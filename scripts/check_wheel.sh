@@ -51,9 +51,14 @@ echo "== browser_check (server side, no node)"
 echo "== the sidebar loads in headless Chromium from the wheel's files"
 PORT="$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 TOKEN="$(python -c 'import secrets; print(secrets.token_hex(16))')"
-mkdir -p "$WORK/root"
+mkdir -p "$WORK/root" "$WORK/settings/@jupyterlab/apputils-extension"
+# Settings and workspaces of this check's own: a workspace saved by an earlier run (the user's, or this check's)
+# would reopen with the sidebar shown, and the check's click on its tab would then close it.
+rm -rf "$WORK/workspaces"
+echo '{"fetchNews": "false"}' > "$WORK/settings/@jupyterlab/apputils-extension/notification.jupyterlab-settings"
 JUPYTER_RUNTIME_DIR="$WORK/runtime" jupyter lab --no-browser --allow-root --ServerApp.ip=127.0.0.1 \
   --ServerApp.port="$PORT" --IdentityProvider.token="$TOKEN" --ServerApp.root_dir="$WORK/root" \
+  --LabApp.user_settings_dir="$WORK/settings" --LabApp.workspaces_dir="$WORK/workspaces" \
   > "$WORK/lab.log" 2>&1 &
 LAB=$!
 trap 'kill $LAB 2>/dev/null; wait $LAB 2>/dev/null || true' EXIT

@@ -28,6 +28,9 @@ export async function runCheck({ artifacts, viewport = { width: 1300, height: 10
   const page = await browser.newPage({ viewport });
   page.on("pageerror", (e) => result.errors.push(e.message));
   page.on("console", (m) => m.type() === "error" && result.errors.push(m.text()));
+  // Which resources failed (a console error says "404" without the address).
+  result.failed_requests = [];
+  page.on("response", (r) => r.status() >= 400 && result.failed_requests.push(`${r.status()} ${r.url()}`));
   const shot = (name) => page.screenshot({ path: join(artifacts, `${name}.png`) });
   try {
     await check({ page, result, shot });
@@ -86,4 +89,17 @@ export async function isRunning(cell) {
 /** Wait until `cell`'s output shows `text`. */
 export async function waitForOutput(cell, text, timeout = 60000) {
   await cell.locator(".jp-OutputArea-output", { hasText: text }).waitFor({ timeout });
+}
+
+/**
+ * Show JupyterLab's jupyter-hvd sidebar. JupyterLab restores its saved layout after the tabs appear, and the
+ * restore shows the panel it remembers: click once the splash screen is gone, and only on a tab that is not the
+ * current one (a click on the current tab closes its panel).
+ */
+export async function showSidebar(page) {
+  const tab = page.locator('.jp-SideBar [data-id="jupyter-hvd-sidebar"]');
+  await tab.waitFor({ timeout: 60000 });
+  await page.locator("#jupyterlab-splash").waitFor({ state: "detached", timeout: 60000 });
+  if (!(await tab.evaluate((t) => t.classList.contains("lm-mod-current")))) await tab.click();
+  await page.locator("#jupyter-hvd-sidebar").waitFor({ state: "visible", timeout: 15000 });
 }

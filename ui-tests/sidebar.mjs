@@ -3,7 +3,7 @@
 // stops the pool from the sidebar. Prints one JSON line of timings; screenshots go to $ARTIFACTS.
 //
 // Env: NOTEBOOK_URL (JupyterLab's URL of the notebook, token included), NOTEBOOK (its name), ARTIFACTS, CHROMIUM.
-import { openNotebook, runCell, runCheck } from './driver.mjs';
+import { openNotebook, runCell, runCheck, showSidebar } from './driver.mjs';
 
 const { NOTEBOOK_URL, NOTEBOOK, ARTIFACTS = 'artifacts/sidebar' } = process.env;
 
@@ -16,7 +16,7 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
   await openNotebook(page, `${NOTEBOOK_URL}&reset`);
 
   // The sidebar: a tab of its own in the left bar.
-  await page.locator('.jp-SideBar [data-id="jupyter-hvd-sidebar"]').click();
+  await showSidebar(page);
   const sidebar = page.locator('#jupyter-hvd-sidebar');
   await sidebar.locator('text=No jupyter-hvd pool is running').waitFor({ timeout: 10000 });
 

@@ -3,7 +3,7 @@
 // sidebar at its default width. Prints one JSON line of measurements; screenshots go to $ARTIFACTS.
 //
 // Env: LAB_URL (JupyterLab's URL, token included), RANKS (how many rank rows to wait for), ARTIFACTS, CHROMIUM.
-import { runCheck } from './driver.mjs';
+import { runCheck, showSidebar } from './driver.mjs';
 
 const { LAB_URL, RANKS = '8', ARTIFACTS = 'artifacts/sidebar-layout' } = process.env;
 
@@ -68,7 +68,7 @@ function measure() {
 
 await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } }, async ({ page, result, shot }) => {
   await page.goto(`${LAB_URL}&reset`);
-  await page.locator('.jp-SideBar [data-id="jupyter-hvd-sidebar"]').click({ timeout: 60000 });
+  await showSidebar(page);
   await page.waitForFunction(
     n => document.querySelectorAll('#jupyter-hvd-sidebar tr.jp-HvdRank').length === n,
     Number(RANKS),

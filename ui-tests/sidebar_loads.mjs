@@ -3,15 +3,15 @@
 // so. Used by scripts/check_wheel.sh against a JupyterLab installed from the wheel alone.
 //
 // Env: LAB_URL (JupyterLab's URL, token included), ARTIFACTS, CHROMIUM.
-import { runCheck } from './driver.mjs';
+import { runCheck, showSidebar } from './driver.mjs';
 
 const { LAB_URL, ARTIFACTS = 'artifacts/sidebar-from-wheel' } = process.env;
 
 await runCheck({ artifacts: ARTIFACTS }, async ({ page, result, shot }) => {
   await page.goto(LAB_URL);
-  await page.locator('.jp-SideBar [data-id="jupyter-hvd-sidebar"]').click({ timeout: 60000 });
+  await showSidebar(page);
   await page
-    .locator('#jupyter-hvd-sidebar .jp-HvdSidebar-empty, #jupyter-hvd-sidebar .jp-HvdPool')
+    .locator('#jupyter-hvd-sidebar .jp-HvdSidebar-empty:visible, #jupyter-hvd-sidebar .jp-HvdPool:visible')
     .first()
     .waitFor({ timeout: 15000 });
   await shot('sidebar');

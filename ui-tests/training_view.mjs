@@ -5,7 +5,7 @@
 // the outputs show; prints one JSON line; screenshots go to $ARTIFACTS.
 //
 // Env: NOTEBOOK_URL (token included), APP (lab | notebook), ARTIFACTS, CHROMIUM.
-import { isRunning, openNotebook, runCell, runCheck, waitForOutput } from "./driver.mjs";
+import { isRunning, openNotebook, runCell, runCheck, showSidebar, waitForOutput } from "./driver.mjs";
 
 const { NOTEBOOK_URL, APP = "lab", ARTIFACTS = "artifacts/training_view" } = process.env;
 const VIEWPORT = { width: 1440, height: 900 };
@@ -58,7 +58,7 @@ const sidebarRanks = (page) =>
 
 async function openSidebar(page) {
   if (APP === "lab") {
-    await page.locator('.jp-SideBar [data-id="jupyter-hvd-sidebar"]').click();
+    await showSidebar(page);
   } else {
     await page.locator(".lm-MenuBar-item", { hasText: /^View$/ }).click();
     await page.locator(".lm-Menu-item", { hasText: "Left Sidebar" }).hover();
