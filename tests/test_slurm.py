@@ -123,6 +123,10 @@ def test_slurm_job_options_are_checked():
     with pytest.raises(ValueError, match="go with --slurm"):
         HvdPool(np=2, partition="gpu").validate()
     HvdPool(np=8, slurm=True, nodes=2, gpus_per_node=4, partition="gpu", time="1:00:00").validate()
+    with pytest.raises(ValueError, match="only letters, digits"):  # a new #SBATCH line, or a command, otherwise
+        HvdPool(np=2, slurm=True, nodes=1, partition="gpu\n#SBATCH --wrap=touch pwned").validate()
+    with pytest.raises(ValueError, match="--time"):
+        HvdPool(np=2, slurm=True, nodes=1, time="1:00:00 --x").validate()
 
 
 def test_engine_job_script():

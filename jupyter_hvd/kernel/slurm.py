@@ -141,6 +141,9 @@ def allocation(env: dict[str, str] | None = None) -> Allocation | None:
     return Allocation(job_id=job_id, nodes=nodes, ranks_per_node=per_node, gpus_per_node=gpus)
 
 
+SBATCH_WORD = re.compile(r"[\w@%+=:,./-]+")
+
+
 def check_options(options: Any) -> None:
     """Raise ValueError for --slurm options that cannot make a job."""
     if not options.slurm_nodes:
@@ -156,6 +159,10 @@ def check_options(options: Any) -> None:
             f"-np {options.np} does not spread evenly over -N {options.slurm_nodes} nodes; "
             f"use a multiple of {options.slurm_nodes}"
         )
+    for flag, value in (("--partition", options.partition), ("--time", options.time)):
+        # These go into #SBATCH lines, which sbatch reads with its own quoting: a newline would start a new line.
+        if value and not SBATCH_WORD.fullmatch(value):
+            raise ValueError(f"{flag} {value!r}: only letters, digits and @%+=:,./- go into a SLURM job's options")
 
 
 def batch_template(options: Any, mpi_cmd: list[str]) -> str:
