@@ -283,6 +283,18 @@ class Committed:
     copy_seconds: float = 0.0  # what the training thread waited: the copy of what the names hold
 
 
+@dataclass(frozen=True)
+class CommitFailed:
+    """This rank could not write its part of snapshot generation `gen` (a full disk, an I/O error): the last one
+    written stays the one to restore, and the rank's next snapshot writes everything again."""
+
+    rank: int
+    gen: GenId
+    why: str  # "No space left on device"
+    needed: int = 0  # bytes it had to write
+    free: int = 0  # bytes free where the snapshots go
+
+
 class Frame(TypedDict):
     """One frame of a rank's stack, innermost last (engine/where.py)."""
 
@@ -347,6 +359,7 @@ Event = (
     | Rested
     | Pong
     | Committed
+    | CommitFailed
     | Place
     | InputRequest
     | Debugged

@@ -319,6 +319,29 @@ def test_state_directory_of_someone_else_or_writable_by_others_is_refused(ip, tm
     assert state.state_dir() == d
 
 
+def test_a_snapshot_directory_someone_else_made_is_refused_and_nothing_is_written_there(tmp_path, other_user):
+    """On a host without a shared file system the ranks make the snapshots' directory themselves: one that another
+    user made first (or that others can write) is refused, said, and no snapshot goes into it."""
+    runtime = tmp_path / "runtime"
+    k = Kernel(extra_env={"JUPYTER_RUNTIME_DIR": str(runtime)})
+    try:
+        assert k.run("%load_ext jupyter_hvd\n%hvd_start -np 2", timeout=120).status == "ok"
+        pool_dir = Path(json.loads(k.run(INFO).stdout.strip().splitlines()[-1])["directory"])
+        kept = pool_dir / "kept"
+        kept.mkdir(mode=0o777)
+        kept.chmod(0o777)  # as the other host's attacker would leave it
+        if other_user is not None:
+            os.chown(kept, other_user.pw_uid, other_user.pw_gid)
+        r = k.run("%%hvd --setup\nw = torch.ones(300_000) * (rank + 1)\n\n")
+        assert r.status == "ok", r.error_text
+        said = k.run("%hvd_keep w").stderr + k.run("%%hvd\npass").stderr
+        what = f"belongs to {ATTACKER_USER}, not to you" if other_user is not None else "can be written by others"
+        assert "snapshots of the kept names cannot be written on this rank's host" in said and what in said, said
+        assert list(kept.iterdir()) == [], "nothing was written there"
+    finally:
+        k.shutdown()
+
+
 def test_symlinks_at_temporary_and_final_names_are_not_followed(kpool, tmp_path, monkeypatch, other_user):
     """Symlinks planted where pool files are written (the old predictable temporary names, a known random name, the
     final name) never lead a write elsewhere; another user cannot plant them at all."""

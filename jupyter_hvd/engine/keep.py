@@ -8,11 +8,13 @@ each `jupyter_hvd.commit()` inside a cell, each rank looks at what the names hol
   (FSDP2) are kept as this rank's shards with torch.distributed.checkpoint (engine/keep_dcp.py);
 - anything else by value, referring by name to the live objects it holds (engine/keep_format.py);
 - its own random generators.
-Only what changed since the rank's last snapshot is copied (torch counts every in-place change of a tensor, so the
-check costs in proportion to what changed); the training thread pays for the copy, a thread writes it
-(engine/keep_files.py), and the rank tells the kernel. A rank decides alone, with no collective: ranks that differ
-(one rank commits, another does not) can never block each other; the kernel puts a generation together from every
-rank's part and names what is missing.
+Every kept tensor's bytes are read for a digest at each snapshot (engine/keep_digest.py: whatever wrote them, in place
+or not, the snapshot sees it); only what changed since the rank's last snapshot is copied, into buffers used again
+and again (engine/keep_format.py); the training thread pays for the digest and the copy, a thread writes it
+(engine/keep_files.py), and the rank tells the kernel. A write that fails (a full disk) is said, the last snapshot
+written stays the one to restore, and the next snapshot writes everything again. A rank decides alone, with no
+collective: ranks that differ (one rank commits, another does not) can never block each other; the kernel puts a
+generation together from every rank's part and names what is missing.
 
 A name that cannot be kept (a generator, an open file) is left out, with why; the others are still kept.
 `commit()` never raises into training. Imported on the engines only.
@@ -20,21 +22,21 @@ A name that cannot be kept (a generator, an open file) is left out, with why; th
 
 from __future__ import annotations
 
-import hashlib
 import random
+import shutil
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from .. import wire
+from .. import state, wire
 from ..wire import GenId
 from . import keep_files, keep_format, outbox
 
 _names: list[str] = []  # what the kernel asked to keep
 _directory: Path | None = None  # where this pool's snapshots live
 _entries: dict[str, dict[str, Any]] = {}  # name -> its entry in this rank's newest snapshot (reused while unchanged)
-_signatures: dict[str, bytes] = {}  # name -> what it held at that snapshot (keep_format.signature)
+_signatures: dict[str, bytes] = {}  # name -> what it held at that snapshot (keep_format.Encoded.signature)
 _skipped: dict[str, str] = {}  # names left out of that snapshot, and why
 _random: dict[str, Any] = {}  # the random generators' state at that snapshot
 _newest: GenId | None = None  # this rank's newest generation, written or waiting to be
@@ -46,6 +48,8 @@ _commits = (0, 0)  # (cell, jupyter_hvd.commit() calls in it)
 _jobs: list[dict[str, Any]] = []
 _lock = threading.Condition()
 _writer: threading.Thread | None = None
+_staging = keep_format.Staging()  # the buffers the copies go into, used again once written
+_dirty = False  # a write failed: the next snapshot writes everything again (set by the writer, under _lock)
 
 
 def configure(names: list[str], directory: str) -> None:
@@ -54,6 +58,12 @@ def configure(names: list[str], directory: str) -> None:
     path = Path(directory)
     if path != _directory:
         _forget()
+        try:
+            keep_files.prepare(path)
+        except state.UnsafeStateDir as exc:  # nothing is written where another user could read or replace it
+            _directory = None
+            outbox.problem(f"snapshots of the kept names cannot be written on this rank's host: {exc}")
+            return
         keep_files.remove_abandoned(path)  # left by engines before a restart, which are gone now
     _names = list(names)
     _directory = path
@@ -64,6 +74,7 @@ def configure(names: list[str], directory: str) -> None:
 
 
 def _forget() -> None:
+    """Forget what the last snapshot held: the next one copies everything."""
     global _random, _newest
     _entries.clear()
     _signatures.clear()
@@ -78,15 +89,23 @@ def commit(tag: str = "") -> None:
 
     Call it on every rank, as the cell's code runs (e.g. once an epoch): a snapshot holds every rank's state. It
     returns once this rank's state is copied; the files are written in the background. `tag` names the snapshot
-    (`%hvd_rewind TAG`) and keeps it until the pool stops. Never raises; outside a jupyter-hvd pool (an exported
+    (`%hvd_rewind TAG`: the newest snapshot of that tag) and keeps it among the last `c.HvdPool.tags_kept` tagged ones;
+    a tag needs a letter (digits alone are snapshot numbers). Never raises; outside a jupyter-hvd pool (an exported
     script) it does nothing.
     """
     global _commits
     cell = outbox.running_cell()
     if cell is None:
         return
+    tag = str(tag or "")
+    if tag.isdigit():
+        outbox.problem(
+            f"commit(tag={tag!r}): a tag of digits alone would read as a snapshot's number in %hvd_rewind, so this "
+            f"snapshot is taken without it; give it a letter too, e.g. tag='epoch{tag}'"
+        )
+        tag = ""
     _commits = (cell, _commits[1] + 1 if _commits[0] == cell else 1)
-    snapshot((cell, _commits[1]), outbox.running_count(), mid_cell=True, tag=str(tag or ""))
+    snapshot((cell, _commits[1]), outbox.running_count(), mid_cell=True, tag=tag)
 
 
 def commits_in(cell: int) -> int:
@@ -101,6 +120,7 @@ def snapshot(gen: GenId, count: int | None, mid_cell: bool = False, tag: str = "
     if _directory is None or not _names:
         return
     t0 = time.perf_counter()
+    _after_failed_write()
     try:
         from IPython import get_ipython
 
@@ -110,12 +130,13 @@ def snapshot(gen: GenId, count: int | None, mid_cell: bool = False, tag: str = "
         if not changed and _same_random(state, _random) and skipped == _skipped and _newest is not None:
             outbox.send(_unchanged(gen, count, mid_cell, tag, kinds, skipped))
             return
-        links = keep_format.linkable(ns)
-        for name, (kind, obj, signature) in changed.items():
+        for name, (kind, obj, encoded) in changed.items():
+            previous = _entries.get(name)
             try:
-                by_state = kind == "state"
-                encoded = keep_format.encode(obj.state_dict() if by_state else obj, links, obj, by_state)
+                keep_format.stage(encoded, previous["encoded"] if previous else None, _staging)
             except Exception as exc:
+                if _out_of_memory(exc):
+                    raise MemoryError(str(exc)) from None
                 skipped[name] = _why(exc)
                 continue
             _entries[name] = {
@@ -123,9 +144,11 @@ def snapshot(gen: GenId, count: int | None, mid_cell: bool = False, tag: str = "
                 "label": _label(obj, kind),
                 "cls": type(obj).__qualname__,
                 "encoded": encoded,
+                "digest": encoded.replica,
             }
-            _signatures[name] = signature
+            _signatures[name] = encoded.signature
     except MemoryError as exc:
+        _forget()  # copies may be half taken: the next snapshot takes them all again
         outbox.problem(
             f"the snapshot of {', '.join(_names)} does not fit in memory ({exc}): training goes on; the last "
             "snapshot stays the one to restore"
@@ -146,14 +169,33 @@ def snapshot(gen: GenId, count: int | None, mid_cell: bool = False, tag: str = "
         "copy_seconds": time.perf_counter() - t0,
     }
     if not _queue(job):
+        _forget()
         outbox.problem(
             f"snapshot {keep_files.gen_name(gen)} was dropped: the one before it was still waiting to be written "
             f"after {QUEUE_WAIT_S:.0f} s (a slow disk?); the last snapshot written stays the one to restore"
         )
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is torch's or Python's way of saying that a copy did not fit in memory."""
+    return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "allocate" in str(exc))
+
+
+def _after_failed_write() -> None:
+    """Where a write failed since the last snapshot, forget what that snapshot held: the next one copies and writes
+    everything, whether or not it changed since, and nothing refers to the part that was never written."""
+    global _dirty, _newest
+    with _lock:
+        if not _dirty:
+            return
+        _dirty = False
+        _forget()
+        _newest = _written_newest
+
+
 def _look(ns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
-    """(name -> (kind, object, signature) of the kept names that changed; names left out, why; name -> kind)."""
+    """(name -> (kind, object, encoded) of the kept names whose content changed; names left out, why; name -> kind).
+    Every kept tensor is read once here (engine/keep_digest.py); nothing is copied."""
     changed: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     kinds: dict[str, str] = {}
@@ -167,12 +209,12 @@ def _look(ns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str,
         kinds[name] = f"{_label(obj, kind)}:{type(obj).__qualname__}"
         try:
             by_state = kind == "state"
-            signature = keep_format.signature(obj.state_dict() if by_state else obj, links, obj, by_state)
+            encoded = keep_format.encode(obj.state_dict() if by_state else obj, links, obj, by_state)
         except Exception as exc:
             skipped[name] = _why(exc)
             continue
-        if signature != _signatures.get(name) or name not in _entries:
-            changed[name] = (kind, obj, signature)
+        if encoded.signature != _signatures.get(name) or name not in _entries:
+            changed[name] = (kind, obj, encoded)
     return changed, skipped, kinds
 
 
@@ -263,18 +305,22 @@ def restored(gen: GenId, entries: dict[str, dict[str, Any]], names: list[str]) -
 
     ns = get_ipython().user_ns
     links = keep_format.linkable(ns)
-    _newest = gen
-    _written(gen)
+    with _lock:
+        _forget()
+        _newest = gen
+        _written(gen)
     _random = random_state()
     for name in names:
         entry = entries[name]
         obj = ns[name]
         try:
             by_state = entry["kind"] == "state"
-            _signatures[name] = keep_format.signature(obj.state_dict() if by_state else obj, links, obj, by_state)
+            _signatures[name] = keep_format.encode(
+                obj.state_dict() if by_state else obj, links, obj, by_state
+            ).signature
         except Exception:
             continue
-        entry["digest"] = _digest(entry)
+        entry["digest"] = entry["encoded"].replica
         _entries[name] = entry
 
 
@@ -337,12 +383,20 @@ def _delete(gens: list[GenId]) -> None:
 
 
 def _write(job: dict[str, Any]) -> None:
+    global _dirty
     gen = job["gen"]
     t0 = time.perf_counter()
+    tensors = [ref for entry in job["entries"].values() for ref in entry["encoded"].tensors]
+    sharded = {name: entry["encoded"] for name, entry in job["entries"].items() if entry["encoded"].shards}
+    copies = [ref.data for ref in tensors if ref.data is not None]
+    needed = sum(c.numel() * c.element_size() for c in copies) + sum(
+        s.to_local().numel() * s.to_local().element_size()
+        for encoded in sharded.values()
+        for s in encoded.shards.values()
+        if s is not None
+    )
     try:
         assert _directory is not None
-        tensors = [ref for entry in job["entries"].values() for ref in entry["encoded"].tensors]
-        sharded = {name: entry["encoded"] for name, entry in job["entries"].items() if entry["encoded"].shards}
         previous = _written_newest
         manifest = {
             "gen": gen,
@@ -351,8 +405,6 @@ def _write(job: dict[str, Any]) -> None:
             "entries": {name: _stored(entry) for name, entry in job["entries"].items()},
         }
         nbytes = keep_files.write_generation(_directory, outbox.rank(), gen, manifest, tensors, previous, sharded)
-        for entry in job["entries"].values():
-            entry["digest"] = _digest(entry)
         _written(gen)
         meta = job["meta"]
         outbox.send(
@@ -368,20 +420,30 @@ def _write(job: dict[str, Any]) -> None:
                 {n: f"{e.get('label', e['kind'])}:{e['cls']}" for n, e in job["entries"].items()},
                 {n: e["digest"] for n, e in job["entries"].items()},
                 meta["skipped"],
-                {ref.digest: _size(ref) for ref in tensors}
+                {ref.digest: _size(ref) for ref in tensors if ref.inline is None}
                 | {encoded.shards_file: encoded.shards_bytes for encoded in sharded.values()},
                 nbytes,
                 time.perf_counter() - t0,
                 job["copy_seconds"],
             )
         )
-    except OSError as exc:  # a full disk: said, and the last snapshot stays the one to restore
-        outbox.problem(
-            f"snapshot {keep_files.gen_name(gen)} could not be written ({exc.strerror or exc}): training goes on; "
-            "the last snapshot stays the one to restore"
-        )
-    except Exception as exc:
-        outbox.problem(f"snapshot {keep_files.gen_name(gen)} could not be written ({type(exc).__name__}: {exc})")
+    except Exception as exc:  # a full disk: said, the last snapshot stays the one to restore, the next one writes all
+        with _lock:
+            _dirty = True
+        why = (exc.strerror or str(exc)) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+        free = _free_bytes()
+        outbox.send(wire.CommitFailed(outbox.rank(), gen, why, needed, free))
+    finally:
+        for ref in tensors:
+            ref.data = None  # on disk (or never to be: the next snapshot copies again)
+        _staging.give_back(copies)
+
+
+def _free_bytes() -> int:
+    try:
+        return shutil.disk_usage(_directory).free if _directory is not None else 0
+    except OSError:
+        return 0
 
 
 def _written(gen: GenId) -> None:
@@ -393,16 +455,6 @@ def _stored(entry: dict[str, Any]) -> dict[str, Any]:
     """A manifest's entry: the pickle and its tensors' descriptions, without their data (in the data files)."""
     encoded = entry["encoded"]
     return {"kind": entry["kind"], "label": entry.get("label", entry["kind"]), "cls": entry["cls"], "encoded": encoded}
-
-
-def _digest(entry: dict[str, Any]) -> str:
-    """Of what was kept: equal on two ranks when they kept the same state."""
-    encoded = entry["encoded"]
-    # DTensor shards are left out: FSDP2's ranks hold different shards by design, not state that drifted apart.
-    digest = hashlib.blake2b(encoded.pickle, digest_size=16)
-    for ref in encoded.tensors:
-        digest.update(ref.inline if ref.inline is not None else ref.digest.encode())
-    return digest.hexdigest()
 
 
 def _size(ref: keep_format.TensorRef) -> int:

@@ -27,8 +27,9 @@ warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavai
 
 def is_shard(obj: Any) -> bool:
     """Whether `obj` is a DTensor (FSDP2's parameters and their optimizer state): kept as this rank's shard."""
-    tensors = sys.modules.get("torch.distributed.tensor")
-    return tensors is not None and isinstance(obj, tensors.DTensor)
+    # The warm-up thread may still be importing torch.distributed.tensor: no DTensor exists before its class does.
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    return dtensor is not None and isinstance(obj, dtensor)
 
 
 def stage(shard: Any) -> Any:

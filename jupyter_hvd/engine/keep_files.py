@@ -21,7 +21,6 @@ Imported on the engines only.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import mmap
 import os
 import pickle
@@ -31,9 +30,11 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from .. import state
 from ..wire import GenId
 from . import keep_dcp
-from .keep_format import Encoded, TensorRef, as_bytes
+from .keep_digest import as_bytes, of_bytes
+from .keep_format import Encoded, TensorRef
 
 DATA = "data"
 MANIFEST = "manifest"
@@ -71,6 +72,18 @@ def _write_new(path: Path, chunks: list[Any]) -> None:
             f.write(chunk)
 
 
+def prepare(directory: Path) -> None:
+    """Make the pool's directory and its snapshots' (`directory`) where they are missing (another host without a
+    shared file system), private to this user, and check them as the state directory is checked:
+    state.UnsafeStateDir where someone else could read or replace them."""
+    pool = directory.parent
+    if not pool.exists():
+        pool.mkdir(mode=0o700, parents=True)
+    state.check_private(pool)
+    directory.mkdir(mode=0o700, exist_ok=True)
+    state.check_private(directory)
+
+
 def write_generation(
     directory: Path,
     rank: int,
@@ -95,7 +108,9 @@ def write_generation(
             if ref.inline is not None:
                 continue
             if not ref.digest:
-                ref.digest = hashlib.blake2b(as_bytes(ref.data), digest_size=16).hexdigest()
+                if ref.data is None:  # its copy went back unwritten (an earlier write failed): copy again
+                    raise FileNotFoundError("the data of a kept tensor was never written")
+                ref.digest = of_bytes(as_bytes(ref.data)).hex()
             earlier = gen_dir(directory, rank, previous) / ref.digest if previous else None
             written += _link_data(data_dir, building / ref.digest, ref, earlier)
             ref.data = None  # the copy is on disk: its memory can go

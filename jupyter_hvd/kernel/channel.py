@@ -29,7 +29,7 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from .. import wire
-from ..wire import Committed, Event, Hello, Output, Ping, Pong, Problem, Request, Rested
+from ..wire import CommitFailed, Committed, Event, Hello, Output, Ping, Pong, Problem, Request, Rested
 
 # A message may carry this much around its payload (signature, sender, pickle framing).
 ENVELOPE_BYTES = 64 * 1024
@@ -79,7 +79,8 @@ class CellChannel:
         self.dropped: collections.Counter[str] = collections.Counter()
         self.problems: list[tuple[int, str]] = []  # what failed on the ranks outside any cell's view (new first)
         self.rests: dict[int, Rested] = {}  # each rank's answer to the last rest request
-        self.on_committed: Callable[[Committed], None] | None = None  # a rank's part of a snapshot is written
+        # a rank's part of a snapshot is written, or could not be
+        self.on_committed: Callable[[Committed | CommitFailed], None] | None = None
         self.between: list[tuple[int, str, str]] = []  # (rank, stream, text) printed while no cell ran
         requests_path, events_path = directory / "requests", directory / "events"
         self.curve = curve or len(str(requests_path)) > IPC_PATH_MAX
@@ -243,7 +244,7 @@ class CellChannel:
             self.problems = [(event.rank, event.text), *self.problems][:20]
         elif isinstance(event, Rested):
             self.rests[event.rank] = event
-        elif isinstance(event, Committed) and self.on_committed is not None:
+        elif isinstance(event, (Committed, CommitFailed)) and self.on_committed is not None:
             self.on_committed(event)
 
     def settle(self, ranks: int, timeout: float = 10.0) -> bool:

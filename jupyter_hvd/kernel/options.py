@@ -98,6 +98,9 @@ class HvdPool(Configurable):
     snapshots_kept = Int(
         3, help="snapshots of the kept names kept on disk (%hvd_snapshots), besides tagged ones", min=1
     ).tag(config=True, flag=False)
+    tags_kept = Int(
+        10, help="tagged snapshots (jupyter_hvd.commit(tag=...)) kept on disk; the oldest goes first, said", min=0
+    ).tag(config=True, flag=False)
     live_view = Enum(
         VIEW_MODES,
         "auto",

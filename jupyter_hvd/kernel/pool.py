@@ -81,6 +81,7 @@ class Pool:
         self.stopped = False  # stop() ran: %hvd_restart starts a new pool with these options
         self.keeper = Keeper()  # setup journal, kept names, snapshots, cells run (kernel/keep.py)
         self.keeper.snapshots.kept = options.snapshots_kept
+        self.keeper.snapshots.tags_kept = options.tags_kept
         self.engines_started = 0  # sets of engines started so far (a restart while bringing back makes one more)
         self.horovod = True  # the engines have Horovod (else torch.distributed only)
         self.torch_distributed = options.torch_distributed  # the engines have a torch.distributed process group

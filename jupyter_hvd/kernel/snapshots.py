@@ -2,10 +2,12 @@
 uses, which stay on disk, and what `%hvd_snapshots` shows.
 
 Each rank writes its own part of a generation, or says its state is that of an earlier part of its own (nothing of
-it changed): a generation is complete when every rank has said. Only complete generations are restored. The last
-`kept` of them stay, with the tagged ones (`jupyter_hvd.commit(tag=...)`) and the one a failed restore could not bring
-back (pinned until a restore of it succeeds), so the last good snapshot is never replaced by state that was not
-restored. What is dropped is deleted by the ranks that wrote it (`expire`).
+it changed): a generation is complete when every rank has said. Only complete generations are restored. A rank that
+could not write its part (a full disk) says so: that generation never completes, the other ranks' parts of it go
+(unless a later generation uses them), and the rank writes everything at its next snapshot. The last `kept`
+generations stay, with the last `tags_kept` tagged ones (`jupyter_hvd.commit(tag=...)`) and the one a failed restore
+could not bring back (pinned until a restore of it succeeds), so the last good snapshot is never replaced by state
+that was not restored. What is dropped is deleted by the ranks that wrote it (`expire`).
 
 Runs in the user's kernel; plain records, no I/O.
 """
@@ -15,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..wire import Committed, GenId, Prune
+from ..wire import CommitFailed, Committed, GenId, Prune
+from .ranks import format_ranks
 from .words import age_text, size_text
 
 
@@ -59,8 +62,9 @@ class Generation:
 class Snapshots:
     """The generations of one pool, newest last."""
 
-    def __init__(self, kept: int = 3) -> None:
+    def __init__(self, kept: int = 3, tags_kept: int = 10) -> None:
         self.kept = kept
+        self.tags_kept = tags_kept
         self.ranks = 0  # how many parts make a generation
         self.generations: dict[GenId, Generation] = {}
         self.written: dict[int, set[GenId]] = {}  # rank -> its parts on disk
@@ -69,24 +73,37 @@ class Snapshots:
         self.news: list[str] = []  # to say under the next cell
         self._said: set[tuple[str, str]] = set()
         self._numbers = 0
+        self.failed: dict[GenId, dict[int, CommitFailed]] = {}  # generations a rank could not write, never complete
+        self._failing = False  # a failed write was said; the next complete generation says the writes work again
 
     def clear(self) -> None:
         self.generations.clear()
         self.written.clear()
         self.newest_part.clear()
+        self.failed.clear()
         self.pinned = None
 
     # ---- what the ranks say ---------------------------------------------------------------------------------
 
-    def note(self, report: Committed) -> None:
-        """A rank wrote its part of a generation, or said it is the same as an earlier part of its own."""
-        g = self.generations.setdefault(tuple(report.gen), Generation(tuple(report.gen)))  # type: ignore[arg-type]
+    def note(self, report: Committed | CommitFailed) -> None:
+        """A rank wrote its part of a generation, said it is the same as an earlier part of its own, or could not
+        write it."""
+        gen: GenId = (int(report.gen[0]), int(report.gen[1]))
+        if isinstance(report, CommitFailed):
+            self._write_failed(gen, report)
+            return
+        if gen in self.failed:  # another rank's part of a generation that cannot complete: only its files count
+            if report.changed:
+                self.written.setdefault(report.rank, set()).add(gen)
+                self.newest_part[report.rank] = max(gen, self.newest_part.get(report.rank, gen))
+            return
+        g = self.generations.setdefault(gen, Generation(gen))
         if report.changed:
             self.written.setdefault(report.rank, set()).add(g.gen)
             g.parts[report.rank] = g.gen
             self.newest_part[report.rank] = max(g.gen, self.newest_part.get(report.rank, g.gen))
         elif report.same_as is not None:
-            g.parts[report.rank] = tuple(report.same_as)  # type: ignore[assignment]
+            g.parts[report.rank] = (int(report.same_as[0]), int(report.same_as[1]))
         g.reports[report.rank] = report
         g.count, g.mid_cell, g.at = report.count, report.mid_cell, max(g.at, report.at)
         g.tag = g.tag or report.tag
@@ -97,6 +114,24 @@ class Snapshots:
         for waiting in sorted(self.generations.values(), key=lambda w: w.gen):
             if not waiting.number and self._whole(waiting):
                 self._completed(waiting)
+
+    def _write_failed(self, gen: GenId, report: CommitFailed) -> None:
+        """Rank `report.rank` could not write its part of `gen`: that generation will never complete."""
+        self.failed.setdefault(gen, {})[report.rank] = report
+        g = self.generations.pop(gen, None)
+        count = g.count if g is not None else None
+        if self._failing:
+            return
+        self._failing = True
+        ranks = format_ranks(sorted(self.failed[gen]))
+        need = f": {size_text(report.needed)} to write, {size_text(report.free)} free" if report.needed else ""
+        last = self.target()
+        stays = f"snapshot #{last.number} ({last.origin()}) stays the one to restore" if last else "nothing is kept yet"
+        cell = f" of cell [{count}]" if count is not None else ""
+        self.news.append(
+            f"the snapshot{cell} could not be written on {ranks} ({report.why}{need}): training goes on, {stays}; "
+            "each cell's end (and commit()) writes it again, whether or not it changed, until it succeeds."
+        )
 
     def _whole(self, g: Generation) -> bool:
         return (
@@ -113,6 +148,9 @@ class Snapshots:
         if not g.number:
             self._numbers += 1
             g.number = self._numbers
+        if self._failing:
+            self._failing = False
+            self.news.append(f"snapshots are written again: #{g.number} ({g.origin()}) is on disk on every rank.")
         for name in g.names():
             kinds = {r.kinds.get(name, "").split(":")[0] for r in g.reports.values()}
             digests = {r.rank: r.digests.get(name) for r in g.reports.values() if r.digests.get(name)}
@@ -156,11 +194,16 @@ class Snapshots:
         return self.newest()
 
     def find(self, ref: str) -> Generation:
-        """The generation %hvd_snapshots numbers `ref`, or tagged `ref`; LookupError naming what there is."""
-        for g in self.complete():
-            if ref == g.tag or (ref.isdigit() and int(ref) == g.number):
-                return g
-        there = ", ".join(f"{g.number}" + (f" ({g.tag})" if g.tag else "") for g in self.complete())
+        """The generation %hvd_snapshots numbers `ref` (all digits), else the newest tagged `ref`; LookupError naming
+        what there is."""
+        done = self.complete()
+        if ref.isdigit():
+            found = [g for g in done if g.number == int(ref)]
+        else:
+            found = [g for g in done if g.tag == ref]
+        if found:
+            return found[-1]
+        there = ", ".join(f"{g.number}" + (f" ({g.tag})" if g.tag else "") for g in done)
         raise LookupError(f"no snapshot {ref}: there are {there}" if there else "there is no snapshot yet")
 
     def drop(self, g: Generation) -> None:
@@ -178,14 +221,23 @@ class Snapshots:
     def expire(self) -> dict[int, Prune]:
         """Drop what is no longer kept; per rank, the request to delete its parts of it."""
         done = self.complete()
-        if not done:
-            return {}
-        keep = {g.gen for g in done[-self.kept :]} | {g.gen for g in done if g.tag}
+        tagged = [g for g in done if g.tag]
+        keep = {g.gen for g in done[-self.kept :]} | {g.gen for g in tagged[len(tagged) - self.tags_kept :]}
+        if self.tags_kept == 0:
+            keep -= {g.gen for g in tagged}
         if self.pinned is not None:
             keep.add(self.pinned)
-        newest = done[-1].gen
-        for gen in list(self.generations):
-            if gen not in keep and gen < newest:
+        for g in tagged:
+            if g.gen not in keep and g.gen in self.generations:
+                self.news.append(
+                    f"tagged snapshot #{g.number} ({g.tag!r}, {g.origin()}) was deleted: {self.tags_kept} tagged ones "
+                    "are kept (c.HvdPool.tags_kept)."
+                )
+        newest = done[-1].gen if done else None
+        for gen, g in list(self.generations.items()):
+            if gen in keep:
+                continue
+            if g.number or (newest is not None and gen < newest):
                 del self.generations[gen]  # older ones, and ones some rank never completed
         live: dict[int, set[GenId]] = {}
         for g in self.generations.values():
@@ -194,10 +246,13 @@ class Snapshots:
         delete: dict[int, Prune] = {}
         for rank, parts in self.written.items():
             keep_parts = live.get(rank, set()) | {self.newest_part.get(rank)}
-            gone = sorted(p for p in parts if p < newest and p not in keep_parts)
+            pending = {gen for gen in self.generations if not self.generations[gen].number}
+            gone = sorted(p for p in parts if p not in keep_parts and p not in pending)
             if gone:
                 delete[rank] = Prune(gone)
                 parts.difference_update(gone)
+        for gen in [gen for gen in self.failed if all(gen not in parts for parts in self.written.values())]:
+            del self.failed[gen]  # every rank's part of it is gone
         return delete
 
     # ---- what the user sees ---------------------------------------------------------------------------------
@@ -218,7 +273,7 @@ class Snapshots:
                 f"{g.number:>3}  {g.origin()[5:]:<26} {age_text(g.at):>8}  {size_text(g.size()):>9}  "
                 f"{', '.join(g.names())}{mark}"
             )
-        kept = f"The last {self.kept} are kept, and tagged ones (jupyter_hvd.commit(tag=...))"
+        kept = f"The last {self.kept} are kept, and the last {self.tags_kept} tagged ones (jupyter_hvd.commit(tag=...))"
         lines.append(kept + (f"; {size_text(disk)} on disk." if disk is not None else "."))
         lines.append("%hvd_rewind N (or TAG) loads one into the running pool.")
         return "\n".join(lines)
