@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from conftest import Kernel, wait_until_gone
@@ -233,3 +234,64 @@ def test_a_snapshot_whose_files_are_gone_falls_back_to_the_one_before(kernel):
     assert r.status == "ok", r.error_text
     assert f"snapshot #{gone} could not be read on any rank" in r.stdout and "restored steps" in r.stdout, r.stdout
     assert "steps 1" in k.run("%%hvd\nprint('steps', steps)").stdout
+
+
+def test_a_tag_names_its_newest_snapshot_digits_name_numbers_and_tagged_snapshots_are_capped(kernel):
+    k = kernel
+    k.run(START.replace("%hvd_start", "%config HvdPool.tags_kept = 2\n%hvd_start"), timeout=120).check()
+    assert k.run("%%hvd --setup\nloss = 0.0").status == "ok"
+    assert k.run("%hvd_keep loss").status == "ok"
+    commit = "%%hvd\nimport jupyter_hvd\nloss = {loss}\njupyter_hvd.commit(tag='{tag}')"
+    for loss, tag in ((0.5, "best"), (0.4, "best"), (0.3, "best")):
+        assert k.run(commit.format(loss=loss, tag=tag)).status == "ok"
+    said = k.run(commit.format(loss=0.9, tag="3")).stderr
+    for _ in range(20):  # said under the next cells, once every rank's part is on disk (later under load)
+        if "tagged snapshot #2 ('best'" in said and "tag='3'" in said:
+            break
+        time.sleep(0.5)
+        said += k.run("%%hvd\npass").stderr
+    assert "commit(tag='3'): a tag of digits alone would read as a snapshot's number" in said, said
+    assert "tagged snapshot #2 ('best', from commit() in cell" in said and "c.HvdPool.tags_kept" in said, said
+    listing = k.run("%hvd_snapshots").stdout
+    assert listing.count("tag 'best'") == 2 and "tag '3'" not in listing, listing
+    r = k.run("%hvd_rewind best")
+    assert r.status == "ok", r.error_text
+    assert "@@ 0.3" in k.run("%%hvd\nprint('@@', loss)").stdout  # the newest 'best', not the first
+
+
+def test_a_stopped_pool_started_again_keeps_its_snapshots_by_moving_them_not_copying(kernel):
+    k = kernel
+    k.run(START, timeout=120).check()
+    assert k.run("%%hvd --setup\nw = torch.zeros(300_000)").status == "ok"
+    assert k.run("%hvd_keep w").status == "ok"
+    assert k.run("%%hvd\nw += 1 + rank").status == "ok"
+    assert "Last snapshot (#2)" in k.run("%hvd_keep").stdout
+    where = "from jupyter_hvd.kernel import pool\nprint('@@', pool.current().kept_dir)"
+    old = Path(k.run(where).stdout.split("@@ ")[1].strip())
+    data = {f.name: (f.stat().st_ino, f.stat().st_nlink) for f in (old / "data").iterdir()}
+    assert data and all(links > 1 for _, links in data.values()), data  # shared by the snapshots' links
+    r = k.run("%config HvdPool.mpiexec = '/nonexistent/mpiexec'\n%hvd_restart", timeout=120)
+    assert r.status == "error" and "The pool was stopped" in r.error_text, r.error_text
+    r = k.run("%config HvdPool.mpiexec = ''\n%hvd_restart", timeout=120)
+    assert r.status == "ok" and "restored w" in r.stdout, r.stdout + r.error_text
+    new = Path(k.run(where).stdout.split("@@ ")[1].strip())
+    assert new != old and not old.exists()
+    moved = {f.name: (f.stat().st_ino, f.stat().st_nlink) for f in (new / "data").iterdir()}
+    assert {n: ino for n, (ino, _) in moved.items()} == {n: ino for n, (ino, _) in data.items()}, (data, moved)
+    r = k.run("%%hvd --ranks all\nprint('@@', w.sum().item())")
+    assert "[rank 0] @@ 300000.0" in r.stdout and "[rank 1] @@ 600000.0" in r.stdout, r.stdout
+
+
+def test_two_pushes_of_one_notebook_cell_are_both_replayed_and_running_it_again_replaces_both(kernel):
+    k = kernel
+    k.run(START, timeout=120).check()
+    push = "a = {a}\nb = {b}\n%hvd_push a\n%hvd_push b"
+    assert k.run(push.format(a=1, b=2), cell_id="push-cell").status == "ok"
+    listing = k.run("%hvd_setup").stdout
+    assert "%hvd_push a" in listing and "%hvd_push b" in listing, listing
+    assert k.run(push.format(a=10, b=20), cell_id="push-cell").status == "ok"
+    listing = k.run("%hvd_setup").stdout
+    assert "2 entries" in listing, listing
+    r = k.run("%hvd_restart", timeout=120)
+    assert r.status == "ok" and "replayed 2 pushes" in r.stdout, r.stdout + r.error_text
+    assert "@@ 10 20" in k.run("%%hvd\nprint('@@', a, b)").stdout

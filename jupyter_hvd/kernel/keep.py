@@ -56,17 +56,28 @@ class Keeper:
             return ""
         return self._journal(cell, "setup cell")
 
-    def record_push(self, push: Push) -> str:
-        """A push reached every rank: journaled like a setup cell (the same notebook cell again replaces it)."""
-        return self._journal(push, "push")
+    def record_push(self, push: Push) -> tuple[str, list[Push]]:
+        """A push reached every rank: journaled once, in order. The pushes of an earlier run of the same notebook
+        cell are replaced (the first one's place is this one's); a second push of the same run follows the first.
+        What the journal did, and the pushes it replaced."""
+        ours = {i: e for i, e in enumerate(self.journal) if isinstance(e, Push) and push.cell_id == e.cell_id != ""}
+        earlier = [i for i, e in ours.items() if e.count != push.count]
+        if earlier:
+            replaced = [ours[i] for i in earlier]
+            self.journal[earlier[0]] = push
+            for i in reversed(earlier[1:]):
+                del self.journal[i]
+            return f"push {self.journal.index(push) + 1} of {len(self.journal)} in the setup journal replaced", replaced
+        at = max(ours, default=len(self.journal) - 1) + 1
+        self.journal.insert(at, push)
+        return f"push recorded as entry {at + 1} of the setup journal", []
 
-    def _journal(self, entry: Entry, what: str) -> str:
+    def _journal(self, entry: Cell, what: str) -> str:
         for i, old in enumerate(self.journal):
-            same_kind = isinstance(old, type(entry))
             same = entry.cell_id and old.cell_id == entry.cell_id
-            if not entry.cell_id and isinstance(entry, Cell) and isinstance(old, Cell):
-                same = old.source == entry.source
-            if same_kind and same:
+            if not entry.cell_id:
+                same = isinstance(old, Cell) and old.source == entry.source
+            if isinstance(old, Cell) and same:
                 self.journal[i] = entry
                 return f"{what} {i + 1} of {len(self.journal)} in the setup journal replaced"
         self.journal.append(entry)

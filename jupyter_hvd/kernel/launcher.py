@@ -273,7 +273,8 @@ class Launcher:
                 log.debug("stopping engines: %s", exc)
 
     def stop(self, ranks: list[Rank]) -> None:
-        """Stop engines and controller; leave no process behind; let the reaper go."""
+        """Stop engines and controller; leave no process behind. The reaper stays until `let_reaper_go`: the pool
+        removes its file first, or the reaper would take the pool's directory (its snapshots) with it."""
         self.stopped = True
         if self.client is not None:
             try:
@@ -288,8 +289,11 @@ class Launcher:
                 log.debug("stop_cluster: %s", exc)
         self.kill_engines(ranks)
         state.kill_processes(self.tagged_processes())
+
+    def let_reaper_go(self) -> None:
+        """The pool stopped cleanly: closing the pipe tells the reaper, which checks the pool file once more (gone:
+        nothing to do) and exits."""
         if self._reaper is not None:
-            # Closing the pipe tells the reaper we are done; it checks once more and exits.
             try:
                 self._reaper.stdin.close()  # type: ignore[union-attr]
                 self._reaper.wait(timeout=5)

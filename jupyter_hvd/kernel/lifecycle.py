@@ -8,11 +8,14 @@ Runs in the user's kernel, on its main thread (the watcher hands the sidebar's a
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import re
 import shutil
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from . import restart as coming_back
@@ -55,12 +58,31 @@ def restart(pool: Pool, planned: bool = True, fresh: bool = False) -> tuple[Pool
         pool.keeper = old.keeper  # what the old pool kept comes back on the new one
         for old_dir, new_dir in ((old.kept_dir, pool.kept_dir), (old.pushed_dir, pool.pushed_dir)):
             if old_dir.is_dir():
-                shutil.copytree(old_dir, new_dir, dirs_exist_ok=True)
+                _move(old_dir, new_dir)
         shutil.rmtree(old.directory, ignore_errors=True)
     else:
         pool.replace_engines(planned)
     with pool.lock:
         return pool, coming_back.bring_back(pool)
+
+
+def _move(old: Path, new: Path) -> None:
+    """Give a new pool the snapshots or pushed values of the one it replaces: renamed, at once and whole (a copy
+    would break the links that let snapshots share data, take the disk twice, and could be cut short); where the
+    old directory is a mount point of its own, each file is linked or, on another file system, copied."""
+    try:
+        os.replace(old, new)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EBUSY):
+            raise
+        shutil.copytree(old, new, copy_function=_link_or_copy, dirs_exist_ok=True)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def run_cell(pool: Pool, source: str, options: CellOptions) -> Any:

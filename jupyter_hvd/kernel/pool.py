@@ -340,27 +340,29 @@ class Pool:
             last_words = why
 
     def stop(self) -> None:
-        """Stop engines and controller, leave no process behind; the kernel has no pool any more."""
-        try:
-            self._end()
-        finally:  # another thread may be ending the pool too (a failed restart): the kernel has no pool either way
-            if current() is self:
-                set_current(None)
+        """Stop engines and controller, leave no process behind; the kernel has no pool any more, from the moment
+        the stop is asked (a restart the stop cuts short, on another thread, then fails into no pool at all)."""
+        if current() is self:
+            set_current(None)
+        self._end()
 
     def _end(self, keep_directory: bool = False) -> None:
         self.stopped = True
-        if self.watcher is not None:
-            self.watcher.stop()
-        self.set_state("stopping", publish=False)
-        self.file.write(self)
-        self.launcher.stop(self.ranks)
-        self.ranks = []
-        self.view = None
-        with self.lock:  # not while the watcher reads it
-            if self.channel is not None:
-                self.channel.close()
-                self.channel = None
-        self.file.remove()
+        try:
+            if self.watcher is not None:
+                self.watcher.stop()
+            self.set_state("stopping", publish=False)
+            self.file.write(self)
+            self.launcher.stop(self.ranks)
+            self.ranks = []
+            self.view = None
+            with self.lock:  # not while the watcher reads it
+                if self.channel is not None:
+                    self.channel.close()
+                    self.channel = None
+            self.file.remove()
+        finally:  # where the file is still there (cut short), the reaper ends what is left, directory and all
+            self.launcher.let_reaper_go()
         if not keep_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 

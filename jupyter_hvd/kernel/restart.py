@@ -12,6 +12,7 @@ does.
 
 from __future__ import annotations
 
+import secrets
 import sys
 
 from .. import wire
@@ -136,11 +137,10 @@ def configure(pool: Pool) -> None:
 
 def journal_push(pool: Pool, payload: transfer.Payload, count: int | None, cell_id: str) -> None:
     """A push reached every rank: keep its values for the replay after a restart, in the journal's order."""
-    number = sum(isinstance(e, Push) for e in pool.keeper.journal) + len(pool.keeper.cells) + 1
-    file = f"push-{number}-{'-'.join(payload.names)[:60]}.bin"
+    # A name of its own: a push that replaces another must not write over the file that one is deleted with.
+    file = f"push-{count if count is not None else 'x'}-{secrets.token_hex(4)}-{'-'.join(payload.names)[:60]}.bin"
     transfer.save(payload, pool.pushed_dir / file)
-    replaced = [e for e in pool.keeper.journal if isinstance(e, Push) and cell_id and e.cell_id == cell_id]
-    pool.keeper.record_push(Push(list(payload.names), file, count, cell_id, payload.nbytes))
+    _, replaced = pool.keeper.record_push(Push(list(payload.names), file, count, cell_id, payload.nbytes))
     for old in replaced:
         (pool.pushed_dir / old.file).unlink(missing_ok=True)
 
