@@ -248,3 +248,18 @@ def test_the_stall_check_a_cell_sets_takes_effect(k):
     assert r.status == "ok", r.error_text
     assert "with HOROVOD_STALL_CHECK_TIME_SECONDS=2" in r.stderr, r.stderr
     assert "late.tensor" in r.stderr and "missing ranks" in r.stderr.lower(), r.stderr
+
+
+def test_hvd_init_with_an_async_result_not_collected_is_refused_and_the_result_is_kept(k):
+    # Starting Horovod again clears its table of handles: hvd.synchronize(h) would return None, silently.
+    r = k.run(
+        "%%hvd\nh = hvd.allreduce_async(torch.ones(3) * (rank + 1), op=hvd.Sum, name='pending')\n"
+        "try:\n    hvd.init(process_sets=[hvd.ProcessSet([0]), hvd.ProcessSet([1])])\n"
+        "except RuntimeError as exc:\n    print('refused:', exc)\nprint('@@', hvd.synchronize(h).tolist())"
+    )
+    assert r.status == "ok", r.error_text
+    assert "refused: hvd.init(...) would start Horovod again while 1 operation(s) started with an *_async" in r.stdout
+    assert "hvd.synchronize(handle) on each first" in r.stdout and "@@ [3.0, 3.0, 3.0]" in r.stdout, r.stdout
+    r = k.run("%%hvd\nhvd.init(process_sets=[hvd.ProcessSet([0]), hvd.ProcessSet([1])])\nprint('@@', hvd.size())")
+    assert r.status == "ok" and "@@ 2" in r.stdout, r.stdout + r.error_text
+    healthy(k)

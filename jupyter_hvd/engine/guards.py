@@ -59,6 +59,14 @@ def _guard_init(hvd: Any) -> None:
         if not plan.applied and idle.started_plain() and _as_now(hvd, args, kwargs):
             _say(f"hvd.init({_shown(args, kwargs)}) asks for what Horovod already has on this pool: nothing changes.")
             return None
+        pending = sorted(compat.handles_in_flight())
+        if pending:
+            # Starting again clears Horovod's table of handles: hvd.synchronize(h) would then return None silently.
+            raise RuntimeError(
+                f"hvd.init(...) would start Horovod again while {len(pending)} operation(s) started "
+                f"with an *_async call are not collected (handles {', '.join(map(str, pending[:8]))}): their results "
+                "would be lost. Call hvd.synchronize(handle) on each first, then hvd.init(...) again."
+            )
         seconds = idle.start_again(real_init, args, kwargs, plan.start_with)
         asked = _shown(args, kwargs)
         env = ", ".join(f"{k}={now}" if now is not None else f"without {k}" for k, (_, now) in plan.applied.items())
