@@ -120,6 +120,7 @@ class Outcome:
     next_cell_ok: bool
     engines: int
     detail: str = ""
+    injected: bool = True  # the fault happened as drawn (a signal that found no rank 1 to hit did not)
 
 
 def rank_pid(state_dir: Path, kernel_pid: int, rank: int) -> int:
@@ -184,7 +185,9 @@ def campaign(cycles: int, seed: int, state_dir: Path, torch_distributed: bool = 
         "cycles": cycles,
         "seed": seed,
         "hung": sum(not o.ended for o in outcomes),
-        "unexpected": [o.__dict__ for o in outcomes if not (o.as_expected and o.next_cell_ok and o.engines == 2)],
+        "unexpected": [
+            o.__dict__ for o in outcomes if not (o.injected and o.as_expected and o.next_cell_ok and o.engines == 2)
+        ],
         "leaked_processes": leaked,
         "kernel_rss_growth_mb": (rss_end - rss_start) / 2**20,
         "longest_s": max((o.seconds for o in outcomes), default=0.0),
@@ -196,21 +199,27 @@ def campaign(cycles: int, seed: int, state_dir: Path, torch_distributed: bool = 
 
 
 def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, state_dir: Path, prefix: str, healthy: str) -> Outcome:
+    missed: list[str] = []  # why a signal of the fault never reached rank 1: the cycle tested nothing
+
     def inject(_res: Any) -> None:
         def later() -> None:
             t0 = time.monotonic()
             if fault.interrupt_after_s is not None:
                 time.sleep(fault.interrupt_after_s)
                 k.km.interrupt_kernel()
+            if not fault.signal_rank1:
+                return
             try:
                 pid = rank_pid(state_dir, k.pid, 1)
-            except LookupError:
+            except LookupError as exc:
+                missed.append(str(exc))
                 return
             for at, sig in fault.signal_rank1:
                 time.sleep(max(0.0, at - (time.monotonic() - t0)))
                 try:
                     os.kill(pid, sig)
                 except ProcessLookupError:
+                    missed.append(f"rank 1 (pid {pid}) was gone before signal {sig} of the fault")
                     return
 
         threading.Thread(target=later, daemon=True).start()
@@ -232,4 +241,8 @@ def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, state_dir: Path, pref
     detail = "" if expected else text[-600:]
     if not next_ok:  # what the fault's cell said (a restart that failed says why there), then the next cell
         detail = f"{text[-600:]}\n-- the next cell:\n{(after.error_text + after.stderr)[-400:]}"
-    return Outcome(cycle, name, took, took <= fault.bound_s, expected, next_ok, len(engines_of(prefix)), detail)
+    if missed:
+        detail = f"the fault was not injected: {missed[0]}\n{detail}"
+    outcome = Outcome(cycle, name, took, took <= fault.bound_s, expected, next_ok, len(engines_of(prefix)), detail)
+    outcome.injected = not missed
+    return outcome
