@@ -205,20 +205,20 @@ def wrap_synchronize(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -
     wrapped = wrap(current)
     for name, module in list(sys.modules.items()):
         if name.startswith("horovod.torch") and getattr(module, "synchronize", None) is current:
-            module.synchronize = wrapped
+            setattr(module, "synchronize", wrapped)  # noqa: B010  (a module of Horovod's, found by name)
 
 
 # ---- Horovod: DistributedOptimizer's inside --------------------------------------------------------------------
 
 
-def optimizer_classes() -> tuple[type, ...]:
+def optimizer_classes() -> tuple[Any, ...]:
     """The classes hvd.DistributedOptimizer builds its wrappers from (plain and Adasum)."""
     from horovod.torch import optimizer
 
     classes = tuple(getattr(optimizer, n, None) for n in ("_DistributedOptimizer", "_DistributedAdasumOptimizer"))
     if any(c is None for c in classes):
         raise _missing("optimizer._DistributedOptimizer", "time gradient synchronisation and accept zero_grad(...)")
-    return classes  # type: ignore[return-value]
+    return classes
 
 
 def is_distributed(optimizer: Any) -> bool:
@@ -226,7 +226,7 @@ def is_distributed(optimizer: Any) -> bool:
     return hasattr(optimizer, "_make_hook") and hasattr(optimizer, "_requires_update")
 
 
-def plain_class(optimizer: Any) -> type:
+def plain_class(optimizer: Any) -> Any:
     """The user's optimizer class under Horovod's generated wrapper class(es)."""
     for cls in type(optimizer).__mro__:
         if "_make_hook" not in vars(cls):

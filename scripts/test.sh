@@ -8,6 +8,8 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "[test] ruff"
 ruff check .
 ruff format --check .
+echo "[test] types (mypy, pyproject.toml's [tool.mypy])"
+mypy
 echo "[test] import rules (pyproject.toml's [tool.importlinter])"
 lint-imports --no-cache >/dev/null || lint-imports --no-cache
 echo "[test] pytest: the two-host test, in a process of its own"

@@ -80,7 +80,7 @@ class Channel:
         self._interruptible: int | None = None
         self._begun = 0
         self._cancelled: set[int] = set()
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._requests = ctx.socket(zmq.DEALER)
         self._requests.setsockopt(zmq.IDENTITY, self.identity)
         self._requests.setsockopt(zmq.LINGER, 0)

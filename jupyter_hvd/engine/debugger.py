@@ -17,7 +17,7 @@ import queue
 import sys
 import threading
 from types import TracebackType
-from typing import Any
+from typing import IO, Any, cast
 
 from .. import wire
 from . import outbox
@@ -59,7 +59,8 @@ class _Prompt(io.TextIOBase):
     def readable(self) -> bool:
         return True
 
-    def readline(self, size: int = -1) -> str:
+    # Text, as TextIOBase's readline is (typeshed's _IOBase says bytes).
+    def readline(self, size: int | None = -1, /) -> str:  # type: ignore[override]
         while not _replies.empty():  # an answer to an earlier session's prompt
             _replies.get_nowait()
         outbox.send(wire.InputRequest(outbox.rank(), self._n, self._cell, self.prompt))
@@ -92,7 +93,8 @@ class _Output(io.TextIOBase):
 class _RemotePdb(pdb.Pdb):
     def __init__(self, n: int, cell: int | None) -> None:
         prompt = _Prompt(n, cell)
-        super().__init__(stdin=prompt, stdout=_Output(prompt, cell), nosigint=True)
+        # Text streams of their own: pdb reads and writes lines through them (typeshed wants typing.IO).
+        super().__init__(stdin=cast(IO[str], prompt), stdout=cast(IO[str], _Output(prompt, cell)), nosigint=True)
         self.use_rawinput = False
         self.prompt = prompt.prompt
 

@@ -56,6 +56,7 @@ def load(wanted: dict[str, tuple[Any, str, str]], folder: Path) -> dict[str, Any
     whose place in the whole tensor differs from the live one's."""
     import torch
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.tensor import DTensor
 
     reader = dcp.FileSystemReader(folder)
@@ -64,7 +65,7 @@ def load(wanted: dict[str, tuple[Any, str, str]], folder: Path) -> dict[str, Any
     out: dict[str, Any] = {}
     for key, (like, what, placed) in wanted.items():
         meta = kept.get(key)
-        if meta is None or not hasattr(meta, "chunks"):
+        if not isinstance(meta, TensorStorageMetadata):
             problems[what] = "this rank's shard is not in its checkpoint"
             continue
         was = _place(meta.chunks, meta.size)

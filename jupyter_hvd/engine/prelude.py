@@ -43,7 +43,7 @@ def prelude(
             from mpi4py import MPI
 
             try:
-                import horovod.torch as hvd
+                import horovod.torch as hvd  # type: ignore[no-redef]
             except ImportError:
                 hvd = None
         if hvd is not None:

@@ -43,9 +43,10 @@ def install() -> None:
     except ImportError:
         return
     text_bars = types.ModuleType("tqdm.autonotebook", "tqdm.autonotebook, as the engines give it: text bars")
-    text_bars.tqdm, text_bars.trange, text_bars.__all__ = tqdm.std.tqdm, tqdm.std.trange, ["tqdm", "trange"]
+    for name, value in (("tqdm", tqdm.std.tqdm), ("trange", tqdm.std.trange), ("__all__", ["tqdm", "trange"])):
+        setattr(text_bars, name, value)
     sys.modules["tqdm.autonotebook"] = text_bars
-    tqdm.autonotebook = text_bars  # type: ignore[attr-defined]
+    setattr(tqdm, "autonotebook", text_bars)  # noqa: B010  (the package's attribute, as an import would set it)
     if _installed:
         return
     bar = tqdm.std.tqdm
@@ -86,7 +87,7 @@ def _total(bar: Any) -> int | None:
     total = getattr(bar, "total", None)
     if not isinstance(total, numbers.Real) or not math.isfinite(total) or total <= 0:
         return None
-    return int(_base.get(_level(bar), 0.0) + total)
+    return int(_base.get(_level(bar), 0.0) + float(total))
 
 
 def _desc(bar: Any) -> str | None:

@@ -113,8 +113,8 @@ def _time_ddp() -> None:
         real_register(self, state, _timed_hook(hook))
         self._jupyter_hvd_hooked = True
 
-    DDP.forward = forward
-    DDP.register_comm_hook = register_comm_hook
+    DDP.forward = forward  # type: ignore[method-assign]
+    DDP.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
 
 
 def _timed_hook(hook: Callable[..., Any]) -> Callable[..., Any]:

@@ -480,7 +480,7 @@ class CellRun:
     def _stopped_where(self, ranks: list[int]) -> str:
         """': rank 0 at cell line 4: hvd.allreduce(...)' for stopped ranks whose interrupt named a line of the cell
         (numbered as the notebook numbers it, the %%hvd line 1, as tracebacks and where.py do)."""
-        places = {}
+        places: dict[str, list[int]] = {}
         for rank in ranks:
             record = self.runs[rank].record
             where = (record.error if record else None) or {}
@@ -493,7 +493,7 @@ class CellRun:
 
     def _finish(self) -> Any:
         lost = self.lost
-        errors = [
+        errors: list[dict[str, Any]] = [
             {"rank": r.rank, **(r.record.error or {})}
             for r in self.runs.values()
             if r.state == "error" and r.record is not None

@@ -172,7 +172,9 @@ def _cell(cell: Cell, out: Script) -> list[str]:
         return lines
     edits: list[tuple[int, int, list[str]]] = []
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.Expr, ast.Assign)) or not _ipython_call(node.value):
+        if not isinstance(node, (ast.Expr, ast.Assign)) or not isinstance(node.value, ast.Call):
+            continue
+        if not _ipython_call(node.value):
             continue
         first = lines[node.lineno - 1]
         indent = first[: len(first) - len(first.lstrip())]

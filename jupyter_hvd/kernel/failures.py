@@ -9,6 +9,7 @@ here: the rank reports it, and errors.py groups it for the notebook.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -139,7 +140,7 @@ def overdue(stuck: list[int], fail_timeout: float) -> Failure:
     )
 
 
-def unreleasable(signaled: dict[int, tuple[float, Wait | None]], now: float) -> Failure | None:
+def unreleasable(signaled: Mapping[int, tuple[float, Wait | None]], now: float) -> Failure | None:
     """torch.distributed ranks still in a collective TORCH_RELEASE_S after their SIGINT: Gloo and NCCL cannot cancel
     one whose peer failed or left it. `signaled`: each such rank's SIGINT time and wait."""
     if not signaled or any(now - at <= TORCH_RELEASE_S for at, _ in signaled.values()):

@@ -241,7 +241,7 @@ class Launcher:
 
     def _wait_for_engines(self, t0: float) -> None:
         """Wait for all engines to register, failing early (with mpiexec's words) if mpiexec exits."""
-        want = self.options.np
+        want = int(self.options.np or 0)
         deadline = t0 + self.options.timeout
         # Our own wait: after a restart the controller may still list the old engines for a while.
         while self._check_not_stopped() or len(self.new_engine_ids()) < want:

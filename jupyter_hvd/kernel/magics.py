@@ -100,6 +100,12 @@ def require_pool() -> pools.Pool:
 class HvdMagics(Magics):
     """Horovod data-parallel training on an MPI engine pool, from notebook cells."""
 
+    @property
+    def user_ns(self) -> dict[str, Any]:
+        """The notebook's namespace."""
+        assert self.shell is not None  # magics are always registered with their shell
+        return self.shell.user_ns
+
     @line_magic
     @magic_arguments()
     @start_arguments
@@ -237,11 +243,11 @@ class HvdMagics(Magics):
         names = args.names
         if not names:
             raise UsageError("Name the variables to send: %hvd_push model_config lr")
-        missing = [n for n in names if n not in self.shell.user_ns]
+        missing = [n for n in names if n not in self.user_ns]
         if missing:
             raise UsageError(f"Not defined in this notebook: {', '.join(missing)}")
         try:
-            payload = hvd_transfer.push(pool, {n: self.shell.user_ns[n] for n in names}, args.timeout)
+            payload = hvd_transfer.push(pool, {n: self.user_ns[n] for n in names}, args.timeout)
         except hvd_transfer.TransferError as exc:
             raise UsageError(str(exc)) from None
         try:
@@ -276,7 +282,7 @@ class HvdMagics(Magics):
             value = hvd_transfer.pull(pool, args.name, args.rank, args.timeout)
         except hvd_transfer.TransferError as exc:
             raise UsageError(str(exc)) from None
-        self.shell.user_ns[args.name] = value
+        self.user_ns[args.name] = value
 
     @line_magic
     @magic_arguments()

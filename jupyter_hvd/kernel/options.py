@@ -22,6 +22,7 @@ from traitlets.config import Config, Configurable
 from .. import wire
 from ..widgets import VIEW_MODES
 from . import hosts, slurm
+from .hosts import Host
 
 OPS = ("auto", "nccl", "mpi")
 # CPU ranks this host runs per core without --oversubscribe: more than one per core is useful (each gets fewer torch
@@ -119,7 +120,7 @@ class HvdPool(Configurable):
         """Every option's value (for the pool file)."""
         return {name: getattr(self, name) for name in self.trait_names(config=True)}
 
-    def host_list(self) -> list[hosts.Host]:
+    def host_list(self) -> list[Host]:
         """The hosts of -H or --hostfile; [] for a pool on this host (or a SLURM job)."""
         return hosts.pool_hosts(self.hosts, self.hostfile)
 

@@ -150,7 +150,7 @@ class Pool:
         """Start controller and engines, initialise Horovod on every engine, return the ready pool."""
         options.validate()
         gpus = 0 if options.cpu else visible_gpus()
-        if gpus and options.np > gpus and not options.oversubscribe and not options.multi_host():
+        if gpus and (options.np or 0) > gpus and not options.oversubscribe and not options.multi_host():
             raise PoolError(
                 f"-np {options.np} asks for more ranks than the {gpus} GPUs on this host.",
                 f"Use %hvd_start -np {gpus}, or add --oversubscribe to share GPUs between ranks, "
@@ -449,7 +449,7 @@ class Pool:
         Called by the watcher thread. Sends only, and only while no cell holds the lock, so a rest request always
         reaches the engines before the next cell does.
         """
-        after = self.options.rest_after
+        after: float | None = self.options.rest_after
         if after is None:
             after = REST_AFTER_GPU_S if any(r.device.startswith("cuda") for r in self.ranks) else REST_AFTER_CPU_S
         if not self.horovod or self.resting or not after or self.channel is None or self.state != "idle":

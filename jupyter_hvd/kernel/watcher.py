@@ -1,10 +1,11 @@
 """A kernel-side thread that keeps the pool's state file fresh and carries out the sidebar's actions.
 
 Every second it samples each local rank's process (CPU %, RSS; GPU memory where nvidia-smi answers) into the
-state file, and takes an action file left by the Jupyter server (interrupt, restart, stop, where). Interrupt is a
-signal, safe from any thread. Restart and stop need the main thread's ipyparallel client to be idle: when a
-cell is running, the watcher interrupts it and leaves the action for the cell runner to finish. Where is left for
-the running cell to answer, under it; between cells the watcher answers it (kernel/where.py).
+state file, and takes an action file left by the Jupyter server (interrupt, restart, stop, where). While a cell
+runs, interrupt, restart and stop are left for it: it takes them on the kernel's main thread within a tick,
+interrupts its ranks on the cell channel and winds down, and a restart or stop is carried out after it. Between
+cells restart and stop run on the kernel's main loop. Where is left for the running cell to answer, under it;
+between cells the watcher answers it (kernel/where.py).
 """
 
 from __future__ import annotations
@@ -67,8 +68,6 @@ class Watched(where.Pool, Protocol):
 
     id: str
     pending_action: str | None
-
-    def interrupt(self, ranks: list[int]) -> None: ...
 
     def note_problem(self, text: str) -> None: ...
 

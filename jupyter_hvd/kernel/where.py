@@ -162,8 +162,9 @@ def ask(
         if silent:
             lines.update(_from_outside(pool, silent, full, source))
     finally:
-        for event in meanwhile if other is not None else []:
-            other(event)
+        if other is not None:
+            for event in meanwhile:
+                other(event)
     return lines
 
 
