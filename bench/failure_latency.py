@@ -1,7 +1,11 @@
 """How fast a 2-rank pool recovers: first exception -> cell end, interrupt -> cell end, kill -9 -> cell end,
-%hvd_restart. Real kernel, real MPI ranks.
+%hvd_restart. Real kernel, real MPI ranks. With --torch, on a --torch-distributed pool: a raise while the other rank
+waits in dist.all_reduce -> cell end (the pool restarts: Gloo cannot cancel it), and uneven DDP batches -> cell end.
 
-    python bench/failure_latency.py [--repeats 10]
+    python bench/failure_latency.py [--repeats 10] [--torch]
+
+Targets (the tests assert only that each cell ends by itself, with the right words): a raise during an allreduce
+within 1 s; during a dist.all_reduce within 10 s (a restart); uneven DDP batches within 15 s.
 """
 
 from __future__ import annotations
@@ -25,6 +29,48 @@ from jupyter_hvd.testing import Kernel
 RAISE = "%%hvd --no-plot\nif rank == 1:\n    raise ValueError('injected')\nhvd.allreduce(torch.ones(1), name='never')\n"
 LOOP = "%%hvd --no-plot\nfor i in range(10**6):\n    hvd.allreduce(torch.ones(256), name=f'loop.{i}')\n"
 HEALTHY = "%%hvd --no-plot\nassert hvd.allreduce(torch.ones(1), name='ok', op=hvd.Sum).item() == 2"
+TORCH_RAISE = "%%hvd --no-plot\nif rank == 1:\n    raise ValueError('injected')\nx = torch.ones(2)\ndist.all_reduce(x)"
+DDP_SETUP = """%%hvd --setup
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+model = DDP(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+X, Y = torch.randn(32, 8), torch.randn(32, 1)
+"""
+UNEVEN = (
+    "%%hvd --no-plot\nfor i in range(3 + rank):\n    opt.zero_grad()\n"
+    "    F.mse_loss(model(X), Y).backward()\n    opt.step()\n"
+)
+
+
+def torch_cases(repeats: int) -> None:
+    """A raise in a torch collective, and uneven DDP batches, on a --torch-distributed pool."""
+    k = Kernel()
+    found: dict[str, list[float]] = {"raise": [], "uneven": []}
+    try:
+        k.run("%load_ext jupyter_hvd")
+        assert k.run("%hvd_start -np 2 --torch-distributed", timeout=300).status == "ok"
+        for _ in range(repeats):
+            r = k.run(TORCH_RAISE, timeout=120)
+            assert r.status == "error" and "rank 1: ValueError: injected" in r.error_text, r.error_text
+            found["raise"].append(r.finished - r.started)
+            assert k.run(DDP_SETUP).status == "ok"
+            r = k.run(UNEVEN, timeout=120)
+            assert r.status == "error" and "Collectives did not match" in r.error_text, r.error_text
+            found["uneven"].append(r.finished - r.started)
+            k.run("%hvd_setup --clear")
+        k.run("%hvd_stop")
+    finally:
+        k.shutdown()
+    labels = {
+        "raise": "torch: rank 1 raises, rank 0 in dist.all_reduce: cell start -> cell end (restart included)",
+        "uneven": "torch: uneven DDP batches: cell start -> cell end",
+    }
+    rows = []
+    for key, label in labels.items():
+        s = summary(found[key])
+        rows.append({"what": label, "median_s": s["median"], "max_s": s["max"], "n": s["n"]})
+    report("failure_latency_torch", rows, ["what", "median_s", "max_s", "n"])
 
 
 def rank_pid(kernel_pid: int, rank: int) -> int:
@@ -50,8 +96,12 @@ def after(seconds: float, action) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--torch", action="store_true", help="the torch.distributed cases instead")
     args = parser.parse_args()
     setup_env()
+    if args.torch:
+        torch_cases(args.repeats)
+        return
     k = Kernel()
     found: dict[str, list[float]] = {"exception": [], "interrupt": [], "kill -9": [], "restart": []}
     try:
