@@ -303,3 +303,54 @@ def test_two_hosts_from_a_hostfile(two_hosts: TwoHosts, tmp_path: Path) -> None:
         allreduce_then_stop_leaves_nothing(driver, two_hosts)
     finally:
         driver.close()
+
+
+def _attack_store(net: TwoHosts, ports: list[int], server: str | None) -> dict[str, Any]:
+    """tests/store_attacker.py on hostB, outside the pool: what it read and wrote of the kernel's store."""
+    plan = {
+        "host": ADDR["hostA"],
+        "ports": ports,
+        "server": server,
+        # Gloo's address of rank 0 in the live start (as each store names it), and keys the next start would see.
+        "read": ["0//cpu//0/0", "start-1/0//cpu//0/0"],
+        "plant": ["planted", "start-2/planted"],
+    }
+    attacker = [str(Path(VENV_BIN) / "python"), str(HERE / "store_attacker.py"), json.dumps(plan)]
+    out = sh("ip", "netns", "exec", net.ns["hostB"], *attacker)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_two_hosts_rendezvous_lets_in_the_pool_only(two_hosts: TwoHosts, tmp_path: Path) -> None:
+    start = f"-np 2 -H hostA:1,hostB:1 --ip {ADDR['hostA']} --cpu --timeout 60 --torch-distributed"
+    driver = Driver(two_hosts, tmp_path, start, "--torch")
+    try:
+        started = driver.next_event(120)
+        assert started["event"] == "started" and not started["error"], started
+        print(f"\ntwo-host --torch-distributed pool: started in {started['seconds']:.1f} s")
+        assert driver.next_event(60) == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
+        assert driver.next_event(60) == {"event": "torch", "error": "", "total": [3.0, 3.0], "planted": [[], []]}
+        waiting = driver.next_event(30)
+        assert waiting["event"] == "waiting", waiting
+        kernel = _listening(two_hosts.ns["hostA"], {driver.proc.pid})
+        assert kernel, "the notebook's kernel listens on no TCP port"
+
+        # A process on hostB that is not in the pool reads none of the live pool's keys and plants none for the next
+        # start, whatever it speaks to each port of the kernel (even knowing the rendezvous' public key).
+        found = _attack_store(
+            two_hosts, [int(a.rpartition(":")[2]) for a in kernel], (waiting["rendezvous"] or {}).get("server")
+        )
+        assert (found["listed"], found["read"], found["planted"], found["answers"]) == ([], [], [], []), found
+        print("the attacker on hostB tried: " + "; ".join(found["tries"]))
+        # The kernel listens on the pool's address only, never on every interface.
+        assert all(a.startswith(f"{ADDR['hostA']}:") for a in kernel), kernel
+
+        driver.answer()
+        restarted = driver.next_event(120)
+        assert restarted["event"] == "restarted" and not restarted["error"], restarted["error"] + "".join(driver.lines)
+        print(f"two-host --torch-distributed pool: %hvd_restart took {restarted['seconds']:.1f} s")
+        # The new start's process group works, and sees no key of the attacker's.
+        assert driver.next_event(60) == {"event": "torch", "error": "", "total": [3.0, 3.0], "planted": [[], []]}
+        assert driver.next_event(60) == {"event": "stopped", "error": ""}
+        driver.proc.wait(timeout=30)
+    finally:
+        driver.close()
