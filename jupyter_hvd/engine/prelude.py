@@ -90,8 +90,9 @@ def prelude(
                             "port": MPI.COMM_WORLD.bcast(port, 0),
                         }
                     if store.get("file"):
-                        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # one host: sockets on loopback only
-                        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+                        # One host: Gloo's and NCCL's sockets on loopback only, whatever the environment said (the
+                        # kernel tells the user when it overrides a setting of theirs).
+                        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = "lo"
                         rendezvous = dist.FileStore(store["file"], size)
                     elif store.get("endpoint"):  # between hosts: the kernel serves it to this pool only (not scripts)
                         from jupyter_hvd.engine.rendezvous import PoolStore

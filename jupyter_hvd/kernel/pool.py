@@ -218,6 +218,8 @@ class Pool:
             ) from None
         self.horovod = all(r.get("horovod", True) for r in rows)
         self.torch_distributed = self.options.torch_distributed or not self.horovod
+        if self.torch_distributed and self.engines_started == 1:
+            self._say_loopback(env)
         self.ranks = sorted(
             (
                 Rank(
@@ -266,14 +268,28 @@ class Pool:
 
     def _store(self) -> dict[str, Any]:
         """The rendezvous of a torch.distributed process group (used where one is asked for, or Horovod is missing):
-        a FileStore in the pool's private directory on one host; between hosts a store this kernel serves to this
-        start's ranks only (kernel/rendezvous.py says why not a TCPStore)."""
+        a FileStore in the pool's private directory on one host, where the ranks keep Gloo and NCCL on loopback; between
+        hosts a store this kernel serves to this start's ranks only (kernel/rendezvous.py says why not a TCPStore)."""
         if not self.options.multi_host():
             return {"file": str(self.directory / f"torch-store-{self.engines_started}")}
         if self._rendezvous is not None:  # a new start: the last one's ranks are gone, and their keys go with it
             self._rendezvous.close()
         self._rendezvous = Rendezvous(self.launcher.controller_ip())
         return self._rendezvous.info()
+
+    def _say_loopback(self, env: dict[str, str]) -> None:
+        """Say which of the user's GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME a one-host pool's ranks override (the
+        engines' environment is this kernel's, with `env` on top)."""
+        names = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+        overridden = {n: v for n in names if (v := env.get(n, os.environ.get(n))) not in (None, "", "lo")}
+        if overridden and not self.options.multi_host():
+            said = ", ".join(f"{n}={v}" for n, v in overridden.items())
+            print(
+                f"jupyter-hvd: {said} not used: a pool on one host keeps Gloo's and NCCL's sockets on loopback (lo), "
+                "out of other hosts' reach.",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def replace_engines(self, planned: bool = False) -> None:
         """Replace every engine with a fresh one (same options), Horovod initialised again. What comes back is
