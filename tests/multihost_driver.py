@@ -13,6 +13,15 @@ import sys
 import time
 from dataclasses import asdict
 
+# A dist.all_reduce, and which keys tests/store_attacker.py tried to plant are in the store the ranks use.
+TORCH_CHECK = """from torch.distributed import distributed_c10d as c10d
+t = torch.tensor([rank + 1.0])
+dist.all_reduce(t)
+total = t.item()
+rendezvous = c10d._get_default_store().underlying_store
+planted = [key for key in ("planted", "start-2/planted") if rendezvous.check([key])]
+"""
+
 
 def emit(event: str, **data: object) -> None:
     print("@@ " + json.dumps({"event": event, **data}), flush=True)
@@ -50,6 +59,16 @@ def main() -> None:
         err = run(cell="import socket\ntotal = hvd.allreduce(torch.tensor([rank + 1.0]), op=hvd.Sum).item()\n")
         emit("allreduce", error=err, total=pull("total") if not err else None)
 
+    def torch_check() -> None:
+        """A dist.all_reduce, and whether the keys an attacker tried to plant are in the store the ranks use."""
+        err = run(cell=TORCH_CHECK)
+        emit("torch", error=err, total=pull("total") if not err else None, planted=pull("planted") if not err else None)
+
+    def served_rendezvous() -> dict[str, str] | None:
+        """Where the kernel serves the ranks' store, and its public key: what an attacker may learn (None: no such)."""
+        served = getattr(pools.current(), "_rendezvous", None)
+        return None if served is None else {"endpoint": served.info()["endpoint"], "server": served.server_public}
+
     t0 = time.monotonic()
     err = run("hvd_start " + start_line)
     pool = pools.current()
@@ -64,6 +83,17 @@ def main() -> None:
         return
     allreduce_check()
     if "--short" in sys.argv[2:]:  # start, one allreduce, stop
+        emit("stopped", error=run("hvd_stop "))
+        return
+    if "--torch" in sys.argv[2:]:  # the process group: checked, the test looks at (or attacks) it, restart, checked
+        torch_check()
+        emit("waiting", rendezvous=served_rendezvous())
+        sys.stdin.readline()
+        t0 = time.monotonic()
+        err = run("hvd_restart ")
+        emit("restarted", error=err, seconds=time.monotonic() - t0)
+        if not err:
+            torch_check()
         emit("stopped", error=run("hvd_stop "))
         return
 

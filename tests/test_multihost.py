@@ -156,10 +156,20 @@ def _listening(ns: str, pids: set[int]) -> list[str]:
     return found
 
 
+def _tcp_sockets(ns: str, pids: set[int]) -> list[tuple[int, str, str]]:
+    """(pid, state, local address) of every TCP socket of processes `pids` (listening or connected), in `ns`."""
+    found = []
+    for fields in (line.split() for line in sh("ip", "netns", "exec", ns, "ss", "-tanpH").splitlines()):
+        found += [(p, fields[0], fields[3]) for p in pids if f"pid={p}," in fields[-1]]
+    return found
+
+
 class Driver:
     """The notebook, running in hostA's namespace with hostname hostA; reads its `@@` events."""
 
-    def __init__(self, net: TwoHosts, state_dir: Path, start_line: str, *flags: str) -> None:
+    def __init__(
+        self, net: TwoHosts, state_dir: Path, start_line: str, *flags: str, env: dict[str, str] | None = None
+    ) -> None:
         # mpiexec reaches hostB through the network namespace, not ssh: c.HvdPool.launch_agent, as a user would set
         # it in jupyter_hvd_config.json.
         config = state_dir / "jupyter-config"
@@ -176,6 +186,7 @@ class Driver:
             # What hostB's login shell would have on PATH: the same environment installed at the same path.
             "JHVD_REMOTE_PATH": VENV_BIN + ":/usr/bin:/bin",
             "PYTHONUNBUFFERED": "1",
+            **(env or {}),
         }
         cmd = 'hostname hostA && exec "$0" "$@"'
         in_host_a = ["ip", "netns", "exec", net.ns["hostA"], "unshare", "--uts", "sh", "-c", cmd]
@@ -301,5 +312,86 @@ def test_two_hosts_from_a_hostfile(two_hosts: TwoHosts, tmp_path: Path) -> None:
         assert started["event"] == "started" and not started["error"], started
         assert {r["rank"]: r["host"] for r in started["ranks"]} == {0: "hostA", 1: "hostB"}
         allreduce_then_stop_leaves_nothing(driver, two_hosts)
+    finally:
+        driver.close()
+
+
+def _attack_store(net: TwoHosts, ports: list[int], server: str | None) -> dict[str, Any]:
+    """tests/store_attacker.py on hostB, outside the pool: what it read and wrote of the kernel's store."""
+    plan = {
+        "host": ADDR["hostA"],
+        "ports": ports,
+        "server": server,
+        # Gloo's address of rank 0 in the live start (as each store names it), and keys the next start would see.
+        "read": ["0//cpu//0/0", "start-1/0//cpu//0/0"],
+        "plant": ["planted", "start-2/planted"],
+    }
+    attacker = [str(Path(VENV_BIN) / "python"), str(HERE / "store_attacker.py"), json.dumps(plan)]
+    out = sh("ip", "netns", "exec", net.ns["hostB"], *attacker)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_two_hosts_rendezvous_lets_in_the_pool_only(two_hosts: TwoHosts, tmp_path: Path) -> None:
+    start = f"-np 2 -H hostA:1,hostB:1 --ip {ADDR['hostA']} --cpu --timeout 60 --torch-distributed"
+    driver = Driver(two_hosts, tmp_path, start, "--torch")
+    try:
+        started = driver.next_event(120)
+        assert started["event"] == "started" and not started["error"], started
+        print(f"\ntwo-host --torch-distributed pool: started in {started['seconds']:.1f} s")
+        assert driver.next_event(60) == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
+        assert driver.next_event(60) == {"event": "torch", "error": "", "total": [3.0, 3.0], "planted": [[], []]}
+        waiting = driver.next_event(30)
+        assert waiting["event"] == "waiting", waiting
+        kernel = _listening(two_hosts.ns["hostA"], {driver.proc.pid})
+        assert kernel, "the notebook's kernel listens on no TCP port"
+
+        # A process on hostB that is not in the pool reads none of the live pool's keys and plants none for the next
+        # start, whatever it speaks to each port of the kernel (even knowing the rendezvous' public key).
+        found = _attack_store(
+            two_hosts, [int(a.rpartition(":")[2]) for a in kernel], (waiting["rendezvous"] or {}).get("server")
+        )
+        assert (found["listed"], found["read"], found["planted"], found["answers"]) == ([], [], [], []), found
+        print("the attacker on hostB tried: " + "; ".join(found["tries"]))
+        # The kernel listens on the pool's address only, never on every interface.
+        assert all(a.startswith(f"{ADDR['hostA']}:") for a in kernel), kernel
+
+        driver.answer()
+        restarted = driver.next_event(120)
+        assert restarted["event"] == "restarted" and not restarted["error"], restarted["error"] + "".join(driver.lines)
+        print(f"two-host --torch-distributed pool: %hvd_restart took {restarted['seconds']:.1f} s")
+        # The new start's process group works, and sees no key of the attacker's.
+        assert driver.next_event(60) == {"event": "torch", "error": "", "total": [3.0, 3.0], "planted": [[], []]}
+        assert driver.next_event(60) == {"event": "stopped", "error": ""}
+        driver.proc.wait(timeout=30)
+    finally:
+        driver.close()
+
+
+def test_one_host_pool_keeps_gloo_on_loopback(two_hosts: TwoHosts, tmp_path: Path) -> None:
+    # hostA's bridge (10.251.77.1) is a non-loopback interface this test made; the user's environment names it.
+    nic = two_hosts.bridge
+    env = {"GLOO_SOCKET_IFNAME": nic, "NCCL_SOCKET_IFNAME": nic}
+    driver = Driver(two_hosts, tmp_path, "-np 2 --cpu --timeout 60 --torch-distributed", "--torch", env=env)
+    try:
+        started = driver.next_event(120)
+        assert started["event"] == "started" and not started["error"], started
+        assert driver.next_event(60) == {"event": "allreduce", "error": "", "total": [3.0, 3.0]}
+        assert driver.next_event(60) == {"event": "torch", "error": "", "total": [3.0, 3.0], "planted": [[], []]}
+        assert driver.next_event(30)["event"] == "waiting"
+        ranks = {r["pid"] for r in started["ranks"]}
+        sockets = _tcp_sockets(two_hosts.ns["hostA"], ranks)
+        # Each rank listens (Gloo does, for its peers), and every socket of theirs, listening or connected, is on
+        # loopback.
+        assert {pid for pid, state, _ in sockets if state == "LISTEN"} == ranks, sockets
+        assert all(local.startswith("127.0.0.1:") for _, _, local in sockets), sockets
+        driver.answer()
+        restarted = driver.next_event(120)
+        assert restarted["event"] == "restarted" and not restarted["error"], restarted["error"] + "".join(driver.lines)
+        assert driver.next_event(60) == {"event": "torch", "error": "", "total": [3.0, 3.0], "planted": [[], []]}
+        assert driver.next_event(60) == {"event": "stopped", "error": ""}
+        driver.proc.wait(timeout=30)
+        said = "".join(driver.lines)
+        # Said once, at the start, naming what the user had set.
+        assert said.count(f"GLOO_SOCKET_IFNAME={nic}, NCCL_SOCKET_IFNAME={nic} not used") == 1, said
     finally:
         driver.close()

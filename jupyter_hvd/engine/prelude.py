@@ -21,7 +21,8 @@ def prelude(
     size, local_rank, device.
 
     `device`: "auto" (GPU `local_rank` where CUDA is present, else CPU) or "cpu". `store`: the pool's rendezvous for
-    torch.distributed ({"file": path} or {"host", "port"}); None in a script (torchrun's environment, or MPI).
+    torch.distributed ({"file": path} on one host, {"endpoint", "curve"} between hosts); None in a script (torchrun's
+    environment, or MPI).
     """
     import datetime
     import os
@@ -89,16 +90,17 @@ def prelude(
                             "port": MPI.COMM_WORLD.bcast(port, 0),
                         }
                     if store.get("file"):
-                        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # one host: sockets on loopback only
-                        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+                        # One host: Gloo's and NCCL's sockets on loopback only, whatever the environment said (the
+                        # kernel tells the user when it overrides a setting of theirs).
+                        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = "lo"
                         rendezvous = dist.FileStore(store["file"], size)
-                    else:  # served by rank 0, or by the notebook's kernel (then each start has a prefix of its own)
-                        host, port, served = store["host"], int(store["port"]), bool(store.get("served"))
-                        rendezvous = dist.TCPStore(
-                            host, port, size, is_master=rank == 0 and not served, timeout=timeout
-                        )
-                        if store.get("prefix"):
-                            rendezvous = dist.PrefixStore(store["prefix"], rendezvous)
+                    elif store.get("endpoint"):  # between hosts: the kernel serves it to this pool only (not scripts)
+                        from jupyter_hvd.engine.rendezvous import PoolStore
+
+                        rendezvous = PoolStore(store, timeout)
+                    else:  # a script under mpirun: served by rank 0
+                        host, port = store["host"], int(store["port"])
+                        rendezvous = dist.TCPStore(host, port, size, is_master=rank == 0, timeout=timeout)
                     dist.init_process_group(
                         backend, store=rendezvous, rank=rank, world_size=size, timeout=timeout, **kwargs
                     )

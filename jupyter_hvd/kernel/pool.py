@@ -29,6 +29,7 @@ from .launcher import Launcher, visible_gpus
 from .options import HvdPool
 from .pool_file import PoolFile
 from .ranks import Rank, format_ranks, rank_table
+from .rendezvous import Rendezvous
 from .watcher import PoolWatcher
 
 log = logging.getLogger("jupyter_hvd")
@@ -85,7 +86,7 @@ class Pool:
         self.engines_started = 0  # sets of engines started so far (a restart while bringing back makes one more)
         self.horovod = True  # the engines have Horovod (else torch.distributed only)
         self.torch_distributed = options.torch_distributed  # the engines have a torch.distributed process group
-        self._torch_store: Any = None  # the TCPStore the kernel serves for a process group across hosts
+        self._rendezvous: Rendezvous | None = None  # the store this kernel serves to a process group across hosts
         self.coming_back = ""  # what the restart brings back at the moment ("replaying setup entry 2 of 3")
         self.last_failed: list[int] = []  # the ranks that raised in the last failed cell (%hvd_debug's default)
         self.announcements: list[str] = []  # what happened between cells (a sidebar action): said under the next cell
@@ -218,6 +219,8 @@ class Pool:
             ) from None
         self.horovod = all(r.get("horovod", True) for r in rows)
         self.torch_distributed = self.options.torch_distributed or not self.horovod
+        if self.torch_distributed and self.engines_started == 1:
+            self._say_loopback(env)
         self.ranks = sorted(
             (
                 Rank(
@@ -266,16 +269,28 @@ class Pool:
 
     def _store(self) -> dict[str, Any]:
         """The rendezvous of a torch.distributed process group (used where one is asked for, or Horovod is missing):
-        a FileStore in the pool's private directory on one host; between hosts a TCPStore this kernel serves on the
-        pool's address (importing torch here only then)."""
+        a FileStore in the pool's private directory on one host, where the ranks keep Gloo and NCCL on loopback; between
+        hosts a store this kernel serves to this start's ranks only (kernel/rendezvous.py says why not a TCPStore)."""
         if not self.options.multi_host():
             return {"file": str(self.directory / f"torch-store-{self.engines_started}")}
-        ip = self.launcher.controller_ip()
-        if self._torch_store is None:
-            import torch.distributed as dist
+        if self._rendezvous is not None:  # a new start: the last one's ranks are gone, and their keys go with it
+            self._rendezvous.close()
+        self._rendezvous = Rendezvous(self.launcher.controller_ip())
+        return self._rendezvous.info()
 
-            self._torch_store = dist.TCPStore(ip, 0, is_master=True, wait_for_workers=False)
-        return {"host": ip, "port": self._torch_store.port, "prefix": f"start-{self.engines_started}", "served": True}
+    def _say_loopback(self, env: dict[str, str]) -> None:
+        """Say which of the user's GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME a one-host pool's ranks override (the
+        engines' environment is this kernel's, with `env` on top)."""
+        names = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+        overridden = {n: v for n in names if (v := env.get(n, os.environ.get(n))) not in (None, "", "lo")}
+        if overridden and not self.options.multi_host():
+            said = ", ".join(f"{n}={v}" for n, v in overridden.items())
+            print(
+                f"jupyter-hvd: {said} not used: a pool on one host keeps Gloo's and NCCL's sockets on loopback (lo), "
+                "out of other hosts' reach.",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def replace_engines(self, planned: bool = False) -> None:
         """Replace every engine with a fresh one (same options), Horovod initialised again. What comes back is
@@ -360,6 +375,9 @@ class Pool:
                 if self.channel is not None:
                     self.channel.close()
                     self.channel = None
+                if self._rendezvous is not None:
+                    self._rendezvous.close()
+                    self._rendezvous = None
             self.file.remove()
         finally:  # where the file is still there (cut short), the reaper ends what is left, directory and all
             self.launcher.let_reaper_go()
