@@ -1,6 +1,7 @@
 """What keeping a model across restarts costs, and how fast a crash is trained again (2 CPU ranks).
 
     python bench/keep.py [--params 25] [--window 60] [--rounds 3]
+    python bench/keep.py --snapshots [--params 25] [--rounds 10]
     python bench/keep.py --fsdp [--params 25] [--rounds 5]
 
 - snapshot at a cell's end: a ~25 M-parameter MLP with Adam kept (%hvd_keep model opt); what the training thread
@@ -13,6 +14,10 @@
 - crash to trained again: rank 1 killed (SIGKILL) during training; from the kill until the next cell trains from the
   restored snapshot (restart, setup replay, restore), against a plain %hvd_start of the same pool, and against a
   plain start followed by the setup cell and a first step (how a user got training again before, weights lost).
+
+With --snapshots, only the two costs of keeping the model: the end-of-cell check with everything kept and unchanged
+(an empty cell against nothing kept: target +30 ms), and what the training thread waits per snapshot when everything
+changed (one step, then the cell's end: target 0.2 s; every kept tensor's bytes are read for a digest and copied).
 
 With --fsdp, the same MLP sharded with FSDP2 (`fully_shard`) on a --torch-distributed pool, Adam over its DTensors
 (%hvd_keep model opt): per snapshot (one step, then the cell's end) what the training thread waits for and what the
@@ -206,17 +211,50 @@ def fsdp(args: argparse.Namespace, hidden: int) -> None:
     report("keep_fsdp", rows, ["what", "value"], extra)
 
 
+def snapshots(args: argparse.Namespace, hidden: int) -> None:
+    """The end-of-cell check (everything kept, nothing changed) and the wait per snapshot (everything changed)."""
+    k = Kernel()
+    rows: list[dict] = []
+    extra: dict = {}
+    try:
+        run(k, "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'off'\n%hvd_start -np 2")
+        params = int(re.search(r"params (\d+)", run(k, SETUP.format(hidden=hidden))).group(1))
+        rows.append({"what": "model", "value": f"{params / 1e6:.1f} M parameters + Adam, 2 ranks"})
+        rows += end_of_cell_cost(k)
+        number, copies, writes = 0, [], []
+        for _ in range(args.rounds):
+            run(k, "%%hvd\nopt.zero_grad(); torch.nn.functional.mse_loss(model(x), y).backward(); opt.step()")
+            number, copy_s, write_s, size = newest_snapshot(k, number)
+            copies.append(copy_s)
+            writes.append(write_s)
+        rows += [
+            {"what": f"snapshot {size}: training waits, median s", "value": f"{statistics.median(copies):.3f}"},
+            {"what": "  the first (its staging buffers are new), s", "value": f"{copies[0]:.3f}"},
+            {"what": "  the slowest after the first, s", "value": f"{max(copies[1:] or copies):.3f}"},
+            {"what": "snapshot: written in the background, median s", "value": f"{statistics.median(writes):.3f}"},
+        ]
+        extra.update(copies=copies, writes=writes)
+        run(k, "%hvd_stop")
+    finally:
+        k.shutdown()
+    report("keep_snapshots", rows, ["what", "value"], extra)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=float, default=25.0, help="millions of model parameters (about)")
     parser.add_argument("--window", type=float, default=60.0, help="seconds of training per measured window")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fsdp", action="store_true", help="an FSDP2 model instead (the snapshot and restore only)")
+    parser.add_argument("--snapshots", action="store_true", help="only the end-of-cell check and the wait per snapshot")
     args = parser.parse_args()
     setup_env()
     hidden = int((args.params * 1e6 / 1.5) ** 0.5)  # hidden^2 + hidden^2/2 weights
     if args.fsdp:
         fsdp(args, hidden)
+        return
+    if args.snapshots:
+        snapshots(args, hidden)
         return
     k = Kernel()
     rows = []
