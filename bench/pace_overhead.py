@@ -1,4 +1,4 @@
-"""What timing each training step costs (engine/pace.py): the wrap around Horovod's synchronize, per step.
+"""What timing each training step costs (engine/cell/pace.py): the wrap around Horovod's synchronize, per step.
 
     python bench/pace_overhead.py [--calls 200000]
 
@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import report, setup_env, summary
 
-from jupyter_hvd.engine import pace
+from jupyter_hvd.engine.cell import pace
 
 
 def per_call(fn, calls: int) -> float:  # type: ignore[no-untyped-def]

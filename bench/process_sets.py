@@ -1,6 +1,6 @@
 """What Horovod's dynamic process sets cost: allreduce latency under plain mpirun with and without
 HOROVOD_DYNAMIC_PROCESS_SETS=1, alternated, 2 CPU ranks; and in a pool, what starting Horovod again after a rest
-costs when it registers the process sets cells added again (engine/idle.py), against a start without any.
+costs when it registers the process sets cells added again (engine/horovod/rest.py), against a start without any.
 
     python bench/process_sets.py [--rounds 6] [--iters 300] [--starts 20]
 
@@ -57,14 +57,14 @@ def run(path: str, dynamic: bool) -> dict[str, float]:
 # of the cell's, then with two that every start registers again, then without them again (the VM's drift falls on both).
 STARTS = """
 import json, statistics, time
-from jupyter_hvd.engine import idle
+from jupyter_hvd.engine.horovod import rest
 def starts(n):
     seconds = []
     for i in range(n):
-        with idle._lock:
-            idle._stop()
+        with rest._lock:
+            rest._stop()
         t0 = time.perf_counter()
-        idle.wake()
+        rest.wake()
         seconds.append(time.perf_counter() - t0)
     return seconds
 hvd.init(process_sets="dynamic")

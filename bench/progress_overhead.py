@@ -1,4 +1,4 @@
-"""What feeding the live view from progress bars and loops costs per iteration (engine/progress.py).
+"""What feeding the live view from progress bars and loops costs per iteration (engine/cell/progress.py).
 
     python bench/progress_overhead.py [--steps 100000] [--repeats 5]
 
@@ -35,8 +35,9 @@ def main() -> None:
     setup_env()
     from tqdm import tqdm
 
-    from jupyter_hvd.engine import outbox, progress
-    from jupyter_hvd.engine import report as engine_report
+    from jupyter_hvd.engine import outbox
+    from jupyter_hvd.engine.cell import progress
+    from jupyter_hvd.engine.cell import report as engine_report
 
     outbox.channel = types.SimpleNamespace(cell=1, rank=0)  # as inside a running cell
     outbox.send_metrics = lambda records: None

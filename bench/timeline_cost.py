@@ -34,8 +34,8 @@ def ok(res: Any) -> Any:
 
 
 # Tiny cells that set the variable on every rank: the next cell's first act starts Horovod again with (without) it.
-SWITCH_ON = "%%hvd\nfrom jupyter_hvd.engine import idle\nidle.set_horovod_env({'HOROVOD_TIMELINE': 'DYNAMIC'})"
-SWITCH_OFF = "%%hvd\nfrom jupyter_hvd.engine import idle\nidle.set_horovod_env({'HOROVOD_TIMELINE': None})"
+SWITCH_ON = "%%hvd\nfrom jupyter_hvd.engine.horovod import rest\nrest.set_horovod_env({'HOROVOD_TIMELINE': 'DYNAMIC'})"
+SWITCH_OFF = "%%hvd\nfrom jupyter_hvd.engine.horovod import rest\nrest.set_horovod_env({'HOROVOD_TIMELINE': None})"
 
 
 def main() -> None:
@@ -67,9 +67,9 @@ def main() -> None:
             print(f"round {r}: {row}", flush=True)
         check = ok(
             kernel.run(
-                "%%hvd\nimport os, json\nfrom jupyter_hvd.engine import idle\n"
+                "%%hvd\nimport os, json\nfrom jupyter_hvd.engine.horovod import rest\n"
                 "print('RESULT ' + json.dumps({'env': os.environ.get('HOROVOD_TIMELINE'), "
-                "'started_with': idle.horovod_env('HOROVOD_TIMELINE')}))"
+                "'started_with': rest.horovod_env('HOROVOD_TIMELINE')}))"
             )
         )
         after_state = result_of(check.stdout)

@@ -10,11 +10,11 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     # `from jupyter_hvd import report, commit` on the engines, without importing the kernel-side modules.
     if name == "report":
-        from .engine.report import report
+        from .engine.cell.report import report
 
         return report
     if name == "commit":
-        from .engine.keep import commit
+        from .engine.keep.snapshot import commit
 
         return commit
     raise AttributeError(f"module 'jupyter_hvd' has no attribute {name!r}")

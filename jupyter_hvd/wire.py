@@ -63,7 +63,7 @@ class Join:
 
 @dataclass(frozen=True)
 class Rest:
-    """Stop Horovod until the next cell (engine/idle.py); sent to every rank or none."""
+    """Stop Horovod until the next cell (engine/horovod/rest.py); sent to every rank or none."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ GenId = tuple[int, int]
 
 @dataclass(frozen=True)
 class Keep:
-    """Keep these names of the ranks' namespaces (engine/keep.py), with snapshots in `directory`."""
+    """Keep these names of the ranks' namespaces (engine/keep/snapshot.py), with snapshots in `directory`."""
 
     names: list[str]
     directory: str
@@ -98,22 +98,22 @@ class Commit:
 
 @dataclass(frozen=True)
 class Prune:
-    """Delete these snapshot generations of this rank (the kernel keeps the others: engine/keep_files.py)."""
+    """Delete these snapshot generations of this rank (the kernel keeps the others: engine/keep/files.py)."""
 
     gens: list[GenId]
 
 
 @dataclass(frozen=True)
 class Where:
-    """Say where this rank is now (answered by a thread of its own, also while a cell runs: engine/where.py). The
-    rank sends every frame from the cell's down, marked `library` or not; the kernel folds them."""
+    """Say where this rank is now (answered by a thread of its own, also while a cell runs: engine/diagnose/where.py).
+    The rank sends every frame from the cell's down, marked `library` or not; the kernel folds them."""
 
     n: int
 
 
 @dataclass(frozen=True)
 class Debug:
-    """Open pdb in the frame where this rank's last failed cell raised (%hvd_debug): engine/debugger.py."""
+    """Open pdb in the frame where this rank's last failed cell raised (%hvd_debug): engine/diagnose/debugger.py."""
 
     n: int
 
@@ -187,7 +187,7 @@ class Output:
 
 @dataclass(frozen=True)
 class Metrics:
-    """A batch of `report()` records (engine/report.py)."""
+    """A batch of `report()` records (engine/cell/report.py)."""
 
     rank: int
     cell: int | None
@@ -296,7 +296,7 @@ class CommitFailed:
 
 
 class Frame(TypedDict):
-    """One frame of a rank's stack, innermost last (engine/where.py)."""
+    """One frame of a rank's stack, innermost last (engine/diagnose/where.py)."""
 
     file: str
     line: int
@@ -427,7 +427,7 @@ def call(entry: str, *args: Any) -> Any:
 # Horovod 0.28.1 cannot be initialised again once one of these fixed a tuning parameter: the first hvd.init() drops
 # the parameter from its tuning vector, the second writes to the old index (parameter_manager.cc) and the rank
 # died with SIGSEGV in 3 of 4 tries. (Dynamic process sets do not keep a pool awake: each start registers again those
-# that cells added, engine/idle.py.)
+# that cells added, engine/horovod/rest.py.)
 NO_REST = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_AUTOTUNE")
 
 

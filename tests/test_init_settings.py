@@ -1,8 +1,9 @@
-"""What a cell's hvd.init() does with the HOROVOD_* variables the cell set (pure logic: engine/init_settings.py)."""
+"""What a cell's hvd.init() does with the HOROVOD_* variables the cell set (pure logic:
+engine/horovod/init_settings.py)."""
 
 from __future__ import annotations
 
-from jupyter_hvd.engine.init_settings import plan, start_env
+from jupyter_hvd.engine.horovod.init_settings import plan, start_env
 
 
 def test_a_variable_horovod_reads_at_its_start_is_applied():

@@ -182,7 +182,7 @@ def test_updates_are_coalesced_and_carry_every_point_and_line_once(capsys: pytes
 
 def test_report_batches_records_off_the_training_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     from jupyter_hvd.engine import outbox
-    from jupyter_hvd.engine import report as engine_report
+    from jupyter_hvd.engine.cell import report as engine_report
 
     published: list[list[dict[str, Any]]] = []
     monkeypatch.setattr(outbox, "send_metrics", published.append)
@@ -455,7 +455,7 @@ def test_a_cuda_loss_is_read_on_the_publishing_thread(monkeypatch: pytest.Monkey
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU here")
     from jupyter_hvd.engine import outbox
-    from jupyter_hvd.engine import report as engine_report
+    from jupyter_hvd.engine.cell import report as engine_report
 
     published: list[Any] = []
     monkeypatch.setattr(outbox, "send_metrics", published.append)

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_hvd.engine import outbox, progress, report
+from jupyter_hvd.engine import outbox
+from jupyter_hvd.engine.cell import progress, report
 
 
 @pytest.fixture

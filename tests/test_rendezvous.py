@@ -1,6 +1,6 @@
-"""The multi-host rendezvous' two ends on loopback (kernel/rendezvous.py serves, engine/rendezvous.py asks): it answers
-as torch's own stores do, only to the key made for the ranks, and it outlives the Python reference torch drops.
-tests/test_multihost.py runs it in a real two-host pool and attacks it from the other host."""
+"""The multi-host rendezvous' two ends on loopback (kernel/rendezvous.py serves, engine/distributed/rendezvous.py
+asks): it answers as torch's own stores do, only to the key made for the ranks, and it outlives the Python reference
+torch drops. tests/test_multihost.py runs it in a real two-host pool and attacks it from the other host."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _ops(store: object) -> list[object]:
 
 
 def test_answers_as_torch_stores_do(served: Rendezvous) -> None:
-    from jupyter_hvd.engine.rendezvous import PoolStore
+    from jupyter_hvd.engine.distributed.rendezvous import PoolStore
 
     ours = PoolStore(served.info(), datetime.timedelta(seconds=5))
     # torch's TCPStore, whose place it takes between hosts, on loopback.
@@ -54,7 +54,7 @@ def test_answers_as_torch_stores_do(served: Rendezvous) -> None:
 
 
 def test_torch_keeps_using_it_after_the_last_python_reference(served: Rendezvous) -> None:
-    from jupyter_hvd.engine.rendezvous import PoolStore
+    from jupyter_hvd.engine.distributed.rendezvous import PoolStore
 
     # As in prelude(): torch keeps the store (here a PrefixStore over it), the Python object itself is dropped.
     held = dist.PrefixStore("0", PoolStore(served.info(), datetime.timedelta(seconds=5)))

@@ -105,7 +105,7 @@ def test_summary_of_an_unterminated_trace():
 
 CHECK_OFF = """
 import os, tempfile
-from jupyter_hvd.engine import idle
+from jupyter_hvd.engine.horovod import rest
 probe = os.path.join(tempfile.mkdtemp(), "probe.json")
 try:
     hvd.start_timeline(probe)  # works only where Horovod was started with HOROVOD_TIMELINE=DYNAMIC
@@ -113,7 +113,7 @@ try:
     enabled = True
 except ValueError:
     enabled = False
-off = {"env": os.environ.get("HOROVOD_TIMELINE"), "started_with": idle.horovod_env("HOROVOD_TIMELINE"),
+off = {"env": os.environ.get("HOROVOD_TIMELINE"), "started_with": rest.horovod_env("HOROVOD_TIMELINE"),
        "enabled": enabled}
 """
 

@@ -30,7 +30,11 @@ def start(
     """
     os.environ.update(env)
     from .. import compat
-    from . import collectives, debugger, guards, idle, pace, progress, torch_dist
+    from . import collectives
+    from .cell import pace, progress
+    from .diagnose import debugger
+    from .distributed import hooks
+    from .horovod import guards, rest
     from .prelude import prelude
 
     try:
@@ -47,11 +51,11 @@ def start(
         guards.install()  # hvd.init() pasted into a cell, or a cell that wraps an optimizer run twice, is harmless
         collectives.install()  # which collective a rank waits in, for the kernel's mismatch check
         pace.install()  # compute and wait per training step, for the kernel's straggler check (after collectives)
-        idle.wake_on_first_use()  # a resting Horovod starts again when a cell uses it (outermost: before the rest)
-        idle.prepare()
-        idle.watch(idle.rest_after(dev.type == "cuda"))  # Horovod rests where no rank uses it, also during a cell
+        rest.wake_on_first_use()  # a resting Horovod starts again when a cell uses it (outermost: before the rest)
+        rest.prepare()
+        rest.watch(rest.rest_after(dev.type == "cuda"))  # Horovod rests where no rank uses it, also during a cell
     if dist is not None:
-        torch_dist.install()  # the same for torch.distributed's collectives and DDP
+        hooks.install()  # the same for torch.distributed's collectives and DDP
     guards.script_argv()  # argparse in a pasted script sees a script's argv, not the engine's
     debugger.install()  # breakpoint() in a cell opens pdb for the notebook
     progress.install()  # tqdm's bars feed the live view (and tqdm.auto draws text bars)
@@ -64,7 +68,7 @@ def start(
         tensor_ops = "Gloo" if os.environ.get("HOROVOD_CPU_OPERATIONS", "").lower() == "gloo" else "MPI"
     ops = [tensor_ops] if hvd is not None else []
     if dist is not None:
-        ops.append(f"torch/{torch_dist.backend()}")
+        ops.append(f"torch/{hooks.backend()}")
 
     from IPython import get_ipython
 

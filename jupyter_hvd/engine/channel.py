@@ -51,7 +51,11 @@ from ..wire import (
     Waiting,
     Where,
 )
-from . import collectives, debugger, idle, keep, outbox, runner, where
+from . import collectives, outbox
+from .cell import runner
+from .diagnose import debugger, where
+from .horovod import rest
+from .keep import snapshot
 
 # Output after a quiet spell leaves at once (leading edge); under load one message per stream per FLUSH_S at most:
 # 20 a second is live to the eye, and each message costs the ranks CPU (a DDP cell printing every step was 3-6%
@@ -194,22 +198,22 @@ class Channel:
         elif isinstance(message, Join):
             self._join(message.cell)
         elif isinstance(message, Rest):
-            result = self._interruptible_run(None, idle.rest)
+            result = self._interruptible_run(None, rest.rest)
             error = result.get("error")
             if error:
                 self.problem(f"Horovod's idle rest failed: {error['ename']}: {error['evalue']}")
             self.send(Rested(self.rank, bool(result.get("resting")), result.get("busy", ""), error))
         elif isinstance(message, Ping):  # the kernel waits until the requests before this one were handled
-            keep.wait_written(30.0)  # a snapshot taken before counts as handled once it is written
+            snapshot.wait_written(30.0)  # a snapshot taken before counts as handled once it is written
             self.send(Pong(self.rank, message.n))
         elif isinstance(message, Keep):
-            keep.configure(message.names, message.directory)
+            snapshot.configure(message.names, message.directory)
         elif isinstance(message, Commit):  # the end of a successful cell, or %hvd_keep
-            failed = self._interruptible_run(None, keep.snapshot, message.gen, message.count)
+            failed = self._interruptible_run(None, snapshot.snapshot, message.gen, message.count)
             if isinstance(failed, dict) and failed.get("error"):
                 self.problem(f"the snapshot of the kept names failed: {failed['error']['evalue']}")
         elif isinstance(message, Prune):
-            keep.prune(message.gens)
+            snapshot.prune(message.gens)
         elif isinstance(message, Debug):
             self.cell = message.n
             try:
@@ -240,7 +244,7 @@ class Channel:
         if not isinstance(record, CellRecord):  # an interrupt that landed outside the cell's own handling
             record = CellRecord(rank=self.rank, ok=False, error=record.get("error"))
         record.rank = self.rank
-        record.commits = keep.commits_in(request.cell)
+        record.commits = snapshot.commits_in(request.cell)
         try:
             self.send_output()
             self.send(CellEnded(self.rank, request.cell, record))

@@ -95,7 +95,7 @@ def prelude(
                         os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = "lo"
                         rendezvous = dist.FileStore(store["file"], size)
                     elif store.get("endpoint"):  # between hosts: the kernel serves it to this pool only (not scripts)
-                        from jupyter_hvd.engine.rendezvous import PoolStore
+                        from .distributed.rendezvous import PoolStore
 
                         rendezvous = PoolStore(store, timeout)
                     else:  # a script under mpirun: served by rank 0

@@ -59,7 +59,7 @@ class CellFigures:
 
     def records(self, rank: int, records: Any) -> None:
         """The latest step and loss of `report()` records and progress bars, else the steps the pace timing counted
-        on that rank (engine/pace.py: every rank's, also where a rank prints nothing); the pace itself."""
+        on that rank (engine/cell/pace.py: every rank's, also where a rank prints nothing); the pace itself."""
         stats: dict[str, Any] = {}
         for record in records if isinstance(records, list) else [records]:
             if not isinstance(record, dict):

@@ -119,7 +119,7 @@ class Launcher:
         # fill every core with torch threads, so the spin took a third of the CPU from training; yielding
         # made training 1.5x faster on 2 CPU ranks (bench/throughput.py). `--env ..._yield_when_idle=0` undoes it.
         env["OMPI_MCA_mpi_yield_when_idle"] = "1"
-        if self.options.rest_after is not None:  # the ranks also rest Horovod during cells (engine/idle.py)
+        if self.options.rest_after is not None:  # the ranks also rest Horovod during cells (engine/horovod/rest.py)
             env["JUPYTER_HVD_REST_AFTER"] = f"{self.options.rest_after:g}"
         if self.options.cpu:
             env["CUDA_VISIBLE_DEVICES"] = ""

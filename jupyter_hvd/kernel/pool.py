@@ -34,7 +34,7 @@ from .watcher import PoolWatcher
 
 log = logging.getLogger("jupyter_hvd")
 
-# An idle pool's Horovod is stopped after this many seconds (engine/idle.py); the next cell starts it again, in
+# An idle pool's Horovod is stopped after this many seconds (engine/horovod/rest.py); the next cell starts it again, in
 # about 3 ms on CPU ranks. GPU ranks wait longer: NCCL builds its communicators again at the first allreduce.
 REST_AFTER_CPU_S = 2.0
 REST_AFTER_GPU_S = 30.0
@@ -77,7 +77,7 @@ class Pool:
         self.pending_action: str | None = None  # a sidebar restart/stop that waits for the running cell to end
         self.where_asked: bool | None = None  # the sidebar's Where (True: with library frames), until answered
         self._idle_since = time.monotonic()
-        self.resting = False  # Horovod is stopped on every rank until the next cell (engine/idle.py)
+        self.resting = False  # Horovod is stopped on every rank until the next cell (engine/horovod/rest.py)
         self.watcher: PoolWatcher | None = None
         self.stopped = False  # stop() ran: %hvd_restart starts a new pool with these options
         self.keeper = Keeper()  # setup journal, kept names, snapshots, cells run (kernel/keep.py)
@@ -479,7 +479,8 @@ class Pool:
         try:
             if self.state == "idle" and not self.resting and self.channel is not None:
                 try:
-                    self.channel.send_all(wire.Rest())  # all ranks or none: the rest is collective (engine/idle.py)
+                    # All ranks or none: the rest is collective (engine/horovod/rest.py).
+                    self.channel.send_all(wire.Rest())
                 except ChannelError:
                     return False  # a dead rank: the next cell finds out and restarts the pool
                 self.resting = True

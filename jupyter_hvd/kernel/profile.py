@@ -61,7 +61,7 @@ def record(pool: Pool, requested: str, run: Callable[[], Any]) -> Any:
     where = folder(requested)
     engines = pool.engine_ids()
     try:
-        _on_ranks(pool, "profile.start")
+        _on_ranks(pool, "diagnose.profile.start")
     except Exception as exc:
         raise UsageError(f"Could not start torch.profiler on the ranks ({type(exc).__name__}: {exc}).") from None
     try:
@@ -71,6 +71,6 @@ def record(pool: Pool, requested: str, run: Callable[[], Any]) -> Any:
             print("The pool was restarted during the cell, so its profile was lost.")
         else:
             try:
-                print(summary(_on_ranks(pool, "profile.stop", where)), flush=True)
+                print(summary(_on_ranks(pool, "diagnose.profile.stop", where)), flush=True)
             except Exception as exc:
                 print(f"Could not stop torch.profiler on the ranks ({type(exc).__name__}: {exc}).")

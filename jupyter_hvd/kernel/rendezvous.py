@@ -1,5 +1,5 @@
 """The rendezvous of a torch.distributed process group whose ranks run on several hosts, served by the kernel: the
-key-value store where Gloo and NCCL find each other (engine/rendezvous.py is the ranks' end).
+key-value store where Gloo and NCCL find each other (engine/distributed/rendezvous.py is the ranks' end).
 
 Only this start's ranks get in. torch's own TCPStore cannot do that: it has no authentication, any client that
 reaches its port lists every key (`list_keys`), reads them and writes its own, and a random key prefix does not hide

@@ -1,6 +1,6 @@
 """A snapshot loaded into the pool's engines, whole or not at all: after a restart, and for %hvd_rewind.
 
-Two steps, each a cell the user does not see (engine/keep_restore.py): every rank prepares its part of the
+Two steps, each a cell the user does not see (engine/keep/restore.py): every rank prepares its part of the
 generation without touching its namespace, and says which names it could bring back; then every rank applies the
 names that every rank could. The stop button during the first step leaves every rank as it was; the second cannot be
 stopped half way (it only copies into memory), so ranks never end up some at the snapshot and some not.
@@ -25,7 +25,7 @@ from .pool import Pool
 from .ranks import format_ranks
 from .snapshots import Generation, describe
 
-ENGINE = "__import__('jupyter_hvd.engine.keep_restore', fromlist=['prepare'])"
+ENGINE = "__import__('jupyter_hvd.engine.keep.restore', fromlist=['prepare'])"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

@@ -1,7 +1,7 @@
 """Which rank sets the pace: a rank that computes much longer per step than the others, for a while.
 
 Pure logic, in the user's kernel. Each rank sends its recent mean compute and wait per training step
-(engine/pace.py); a rank whose compute per step is at least `RATIO` times the median of the other ranks' for
+(engine/cell/pace.py); a rank whose compute per step is at least `RATIO` times the median of the other ranks' for
 `HOLD_S` seconds is named the straggler (the others wait for it at every gradient allreduce). It stays named until
 no rank has been that slow for `HOLD_S`.
 """

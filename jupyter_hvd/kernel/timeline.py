@@ -1,6 +1,6 @@
 """`%%hvd --timeline`: record Horovod's timeline for one cell and show where the time went, under the cell.
 
-Runs in the user's kernel. The engines record (jupyter_hvd.engine.timeline); this module reads rank 0's
+Runs in the user's kernel. The engines record (jupyter_hvd.engine.diagnose.timeline); this module reads rank 0's
 Chrome-trace file and prints a compact summary: time per phase (negotiation, allreduce, memcpy...) and per tensor.
 """
 
@@ -157,7 +157,7 @@ def _on_ranks(pool: Pool, entry: str, *args: Any) -> list[Any]:
     return pool.view.apply_async(wire.call, entry, *args).get(timeout=60)
 
 
-# What keeps a pool from starting Horovod again (engine/idle.py), in the words of %hvd_start.
+# What keeps a pool from starting Horovod again (engine/horovod/rest.py), in the words of %hvd_start.
 _FIXED = {
     "HOROVOD_CYCLE_TIME": "--cycle-time",
     "HOROVOD_FUSION_THRESHOLD": "--fusion-mb",
@@ -181,7 +181,7 @@ def refusal(pool: Pool) -> str | None:
 
 def _start(pool: Pool, path: str) -> None:
     try:
-        _on_ranks(pool, "timeline.start", path)
+        _on_ranks(pool, "diagnose.timeline.start", path)
     except ipp.error.CompositeError as exc:
         ename, evalue = exc.elist[0][0], exc.elist[0][1]
         raise UsageError(f"Could not start Horovod's timeline on the ranks: {ename}: {evalue}") from None
@@ -194,7 +194,7 @@ def _read(pool: Pool, where: dict[str, Any]) -> str:
             return f.read(READ_MAX_BYTES + 1)  # the file may have grown since its size was checked
     # Rank 0 runs on another host: fetch its file and keep a copy at the same path here.
     assert pool.client is not None
-    text = pool.client[pool.ranks[0].engine_id].apply_async(wire.call, "timeline.read", path).get(timeout=60)
+    text = pool.client[pool.ranks[0].engine_id].apply_async(wire.call, "diagnose.timeline.read", path).get(timeout=60)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
@@ -206,7 +206,7 @@ def _stop_and_show(pool: Pool, path: str, engines: list[int]) -> None:
         print(f"The pool was restarted during the cell, so its timeline was lost (partial trace: {path}).")
         return
     try:
-        rows = _on_ranks(pool, "timeline.stop", path)
+        rows = _on_ranks(pool, "diagnose.timeline.stop", path)
     except Exception as exc:
         print(f"Could not stop Horovod's timeline ({type(exc).__name__}: {exc}); partial trace: {path}")
         return
@@ -232,7 +232,7 @@ def record(pool: Pool, requested_path: str, run: Callable[[], Any]) -> Any:
         raise UsageError(why_not)
     path = trace_path(requested_path)
     engines = pool.engine_ids()
-    with pool.lock:  # no rest request (engine/idle.py) may come between the start and the cell
+    with pool.lock:  # no rest request (engine/horovod/rest.py) may come between the start and the cell
         if pool.channel is not None:
             pool.channel.settle(len(pool.ranks))  # a rest sent on the channel is done before the start wakes Horovod
         pool.resting = False  # the start wakes Horovod where it rests

@@ -5,10 +5,10 @@ grouped, library frames folded unless asked for:
     rank 1: in load_batch() (cell line 3) -> time.sleep(1)
 
 Shown when the stop button ends a running cell, when Horovod reports a stall, by %hvd_where and by the sidebar's
-Where (the pool file's `where`). Each rank answers from a thread of its own (engine/where.py), without being stopped;
-a rank that cannot answer (frozen by SIGSTOP, or holding the GIL in native code) is named as such, with the stack
-py-spy reads from outside. py-spy rather than faulthandler: faulthandler needs a signal handled by the rank itself,
-which a frozen rank never runs and which would land in the user's code; py-spy reads a stopped process's Python
+Where (the pool file's `where`). Each rank answers from a thread of its own (engine/diagnose/where.py), without being
+stopped; a rank that cannot answer (frozen by SIGSTOP, or holding the GIL in native code) is named as such, with the
+stack py-spy reads from outside. py-spy rather than faulthandler: faulthandler needs a signal handled by the rank
+itself, which a frozen rank never runs and which would land in the user's code; py-spy reads a stopped process's Python
 frames without touching it, and a running one's native frames too (ptrace pauses it briefly; no signal).
 
 Runs in the user's kernel.

@@ -1,7 +1,7 @@
 """The live view's numbers: one curve per metric and rank, and the status line's step, samples/s and ETA.
 
 Pure logic (no widgets). Points come from three sources, weakest first: printed lines (parsed), progress bars
-(engine/progress.py: tqdm's position and set_postfix values) and `report()`. For any one metric of a rank the
+(engine/cell/progress.py: tqdm's position and set_postfix values) and `report()`. For any one metric of a rank the
 strongest source seen wins: its first point replaces the curve read from a weaker one, whose later points are
 ignored. The same holds for the status line's step. New points are handed out once by `take_new()`.
 

@@ -19,8 +19,8 @@ import threading
 from types import TracebackType
 from typing import IO, Any, cast
 
-from .. import wire
-from . import outbox
+from ... import wire
+from .. import outbox
 
 _replies: queue.Queue[tuple[int, str]] = queue.Queue()
 _active = threading.Event()  # pdb holds this rank's main thread

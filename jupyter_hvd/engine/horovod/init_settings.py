@@ -2,7 +2,7 @@
 
 Horovod 0.28.1 reads its HOROVOD_* variables when it starts (`hvd.init()`), so a script sets them before its
 `hvd.init()`. In a pool Horovod is already running: a cell's `hvd.init()` starts it again with what the cell set
-(engine/guards.py), except where Horovod 0.28.1 cannot honour a second start (read in its operations.cc,
+(engine/horovod/guards.py), except where Horovod 0.28.1 cannot honour a second start (read in its operations.cc,
 parameter_manager.cc and logging.cc, and tried under mpirun): those settings are named with what to type instead.
 
 Pure logic, no Horovod import: unit-tested on its own.

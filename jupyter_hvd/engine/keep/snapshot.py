@@ -5,13 +5,13 @@ each `jupyter_hvd.commit()` inside a cell, each rank looks at what the names hol
 - an object with `state_dict()`/`load_state_dict()` (a module, an optimizer, a scheduler, a GradScaler, a stateful
   data loader) is kept by its state_dict, and after a restart loaded into the object the setup cells rebuilt, so
   links between live objects survive (a restored scheduler drives the live optimizer); the DTensors of a state_dict
-  (FSDP2) are kept as this rank's shards with torch.distributed.checkpoint (engine/keep_dcp.py);
-- anything else by value, referring by name to the live objects it holds (engine/keep_format.py);
+  (FSDP2) are kept as this rank's shards with torch.distributed.checkpoint (engine/keep/shards.py);
+- anything else by value, referring by name to the live objects it holds (engine/keep/encoding.py);
 - its own random generators.
-Every kept tensor's bytes are read for a digest at each snapshot (engine/keep_digest.py: whatever wrote them, in place
+Every kept tensor's bytes are read for a digest at each snapshot (engine/keep/content.py: whatever wrote them, in place
 or not, the snapshot sees it); only what changed since the rank's last snapshot is copied, into buffers used again
-and again (engine/keep_format.py); the training thread pays for the digest and the copy, a thread writes it
-(engine/keep_files.py), and the rank tells the kernel. A write that fails (a full disk) is said, the last snapshot
+and again (engine/keep/encoding.py); the training thread pays for the digest and the copy, a thread writes it
+(engine/keep/files.py), and the rank tells the kernel. A write that fails (a full disk) is said, the last snapshot
 written stays the one to restore, and the next snapshot writes everything again. A rank decides alone, with no
 collective: ranks that differ (one rank commits, another does not) can never block each other; the kernel puts a
 generation together from every rank's part and names what is missing.
@@ -29,14 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import state, wire
-from ..wire import GenId
-from . import keep_files, keep_format, outbox
+from ... import state, wire
+from ...wire import GenId
+from .. import outbox
+from . import encoding, files
 
 _names: list[str] = []  # what the kernel asked to keep
 _directory: Path | None = None  # where this pool's snapshots live
 _entries: dict[str, dict[str, Any]] = {}  # name -> its entry in this rank's newest snapshot (reused while unchanged)
-_signatures: dict[str, bytes] = {}  # name -> what it held at that snapshot (keep_format.Encoded.signature)
+_signatures: dict[str, bytes] = {}  # name -> what it held at that snapshot (encoding.Encoded.signature)
 _skipped: dict[str, str] = {}  # names left out of that snapshot, and why
 _random: dict[str, Any] = {}  # the random generators' state at that snapshot
 _newest: GenId | None = None  # this rank's newest generation, written or waiting to be
@@ -48,7 +49,7 @@ _commits = (0, 0)  # (cell, jupyter_hvd.commit() calls in it)
 _jobs: list[dict[str, Any]] = []
 _lock = threading.Condition()
 _writer: threading.Thread | None = None
-_staging = keep_format.Staging()  # the buffers the copies go into, used again once written
+_staging = encoding.Staging()  # the buffers the copies go into, used again once written
 _dirty = False  # a write failed: the next snapshot writes everything again (set by the writer, under _lock)
 
 
@@ -59,12 +60,12 @@ def configure(names: list[str], directory: str) -> None:
     if path != _directory:
         _forget()
         try:
-            keep_files.prepare(path)
+            files.prepare(path)
         except state.UnsafeStateDir as exc:  # nothing is written where another user could read or replace it
             _directory = None
             outbox.problem(f"snapshots of the kept names cannot be written on this rank's host: {exc}")
             return
-        keep_files.remove_abandoned(path)  # left by engines before a restart, which are gone now
+        files.remove_abandoned(path)  # left by engines before a restart, which are gone now
     _names = list(names)
     _directory = path
     for name in list(_entries):
@@ -133,7 +134,7 @@ def snapshot(gen: GenId, count: int | None, mid_cell: bool = False, tag: str = "
         for name, (kind, obj, encoded) in changed.items():
             previous = _entries.get(name)
             try:
-                keep_format.stage(encoded, previous["encoded"] if previous else None, _staging)
+                encoding.stage(encoded, previous["encoded"] if previous else None, _staging)
             except Exception as exc:
                 if _out_of_memory(exc):
                     raise MemoryError(str(exc)) from None
@@ -171,7 +172,7 @@ def snapshot(gen: GenId, count: int | None, mid_cell: bool = False, tag: str = "
     if not _queue(job):
         _forget()
         outbox.problem(
-            f"snapshot {keep_files.gen_name(gen)} was dropped: the one before it was still waiting to be written "
+            f"snapshot {files.gen_name(gen)} was dropped: the one before it was still waiting to be written "
             f"after {QUEUE_WAIT_S:.0f} s (a slow disk?); the last snapshot written stays the one to restore"
         )
 
@@ -195,11 +196,11 @@ def _after_failed_write() -> None:
 
 def _look(ns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     """(name -> (kind, object, encoded) of the kept names whose content changed; names left out, why; name -> kind).
-    Every kept tensor is read once here (engine/keep_digest.py); nothing is copied."""
+    Every kept tensor is read once here (engine/keep/content.py); nothing is copied."""
     changed: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     kinds: dict[str, str] = {}
-    links = keep_format.linkable(ns)
+    links = encoding.linkable(ns)
     for name in _names:
         if name not in ns:
             skipped[name] = "not defined"
@@ -209,7 +210,7 @@ def _look(ns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str,
         kinds[name] = f"{_label(obj, kind)}:{type(obj).__qualname__}"
         try:
             by_state = kind == "state"
-            encoded = keep_format.encode(obj.state_dict() if by_state else obj, links, obj, by_state)
+            encoded = encoding.encode(obj.state_dict() if by_state else obj, links, obj, by_state)
         except Exception as exc:
             skipped[name] = _why(exc)
             continue
@@ -237,7 +238,7 @@ def has_state(obj: Any) -> bool:
 
 
 def _why(exc: BaseException) -> str:
-    if isinstance(exc, keep_format.ShardOutsideState):
+    if isinstance(exc, encoding.ShardOutsideState):
         return str(exc)
     return (
         f"{wire.why_unpicklable(exc)} ({type(exc).__name__}: {str(exc)[:200]}); keep what it is made from, or build "
@@ -304,7 +305,7 @@ def restored(gen: GenId, entries: dict[str, dict[str, Any]], names: list[str]) -
     from IPython import get_ipython
 
     ns = get_ipython().user_ns
-    links = keep_format.linkable(ns)
+    links = encoding.linkable(ns)
     with _lock:
         _forget()
         _newest = gen
@@ -315,9 +316,7 @@ def restored(gen: GenId, entries: dict[str, dict[str, Any]], names: list[str]) -
         obj = ns[name]
         try:
             by_state = entry["kind"] == "state"
-            _signatures[name] = keep_format.encode(
-                obj.state_dict() if by_state else obj, links, obj, by_state
-            ).signature
+            _signatures[name] = encoding.encode(obj.state_dict() if by_state else obj, links, obj, by_state).signature
         except Exception:
             continue
         entry["digest"] = entry["encoded"].replica
@@ -377,7 +376,7 @@ def _delete(gens: list[GenId]) -> None:
     if _directory is None:
         return
     try:
-        keep_files.delete_generations(_directory, outbox.rank(), gens)
+        files.delete_generations(_directory, outbox.rank(), gens)
     except OSError as exc:
         outbox.problem(f"old snapshots could not be deleted ({exc.strerror or exc})")
 
@@ -404,7 +403,7 @@ def _write(job: dict[str, Any]) -> None:
             "random": job["random"],
             "entries": {name: _stored(entry) for name, entry in job["entries"].items()},
         }
-        nbytes = keep_files.write_generation(_directory, outbox.rank(), gen, manifest, tensors, previous, sharded)
+        nbytes = files.write_generation(_directory, outbox.rank(), gen, manifest, tensors, previous, sharded)
         _written(gen)
         meta = job["meta"]
         outbox.send(
@@ -457,7 +456,7 @@ def _stored(entry: dict[str, Any]) -> dict[str, Any]:
     return {"kind": entry["kind"], "label": entry.get("label", entry["kind"]), "cls": entry["cls"], "encoded": encoded}
 
 
-def _size(ref: keep_format.TensorRef) -> int:
+def _size(ref: encoding.TensorRef) -> int:
     import math
 
     import torch

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from . import outbox
+from .. import outbox
 
 PUBLISH_HZ = 20.0
 
-# Set by the modules that feed this one (they import it, not the other way round): engine/progress.py's reading of
-# a loop's total, and engine/pace.py's last summary of a cell.
+# Set by the modules that feed this one (they import it, not the other way round): engine/cell/progress.py's reading of
+# a loop's total, and engine/cell/pace.py's last summary of a cell.
 loop_total: Callable[[FrameType | None], int | None] | None = None
 before_flush: list[Callable[[], None]] = []
 
@@ -69,7 +69,7 @@ def report(
 
 
 def progress(step: float, total: int | None, desc: str | None, metrics: dict[str, Any]) -> None:
-    """A progress bar's position (engine/progress.py), with the metrics of its set_postfix(); marked `auto`, so
+    """A progress bar's position (engine/cell/progress.py), with the metrics of its set_postfix(); marked `auto`, so
     what the user reports with report() wins."""
     record: dict[str, Any] = {"t": time.time(), "m": {n: _number(n, v) for n, v in metrics.items()}, "auto": True}
     record["step"] = float(step)
@@ -89,7 +89,7 @@ def _queue(record: dict[str, Any]) -> None:
 
 
 def publish_pace(summary: dict[str, Any]) -> None:
-    """Send this rank's recent compute and wait per step (engine/pace.py) with the next batch of records."""
+    """Send this rank's recent compute and wait per step (engine/cell/pace.py) with the next batch of records."""
     _queue({"t": time.time(), "m": {}, "pace": summary})
 
 

@@ -9,7 +9,7 @@
   (or len(loader)) as its total, so the status line has an ETA.
 
 Imported on the engines only. `install()` runs once, from the bootstrap. A hook that fails never breaks the bar:
-its records are dropped and the user is told once (engine/report.py).
+its records are dropped and the user is told once (engine/cell/report.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..metrics import parse_line
-from . import outbox, report
+from ...metrics import parse_line
+from .. import outbox
+from . import report
 
 _installed = False
 _cell: Any = None  # the cell the bars' offsets below belong to

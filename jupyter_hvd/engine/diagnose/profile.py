@@ -14,7 +14,7 @@ import socket
 import time
 from typing import Any
 
-from . import collectives
+from .. import collectives
 
 _COMMUNICATION = (
     "gloo:",
@@ -63,7 +63,7 @@ def stop(folder: str) -> dict[str, Any]:
     wall = time.perf_counter() - _started
     waited = collectives.waited_total() - _waited
     prof.__exit__(None, None, None)
-    from . import outbox
+    from .. import outbox
 
     rank = outbox.rank()
     os.makedirs(folder, exist_ok=True)

@@ -7,9 +7,9 @@ each to `apply` the names that every rank could prepare: loaded into the live ob
 random generators set; an interrupt cannot stop that half way. No collective is used: ranks that differ or die
 cannot block each other, and the kernel names what did not come back.
 
-Data files are mapped copy-on-write (engine/keep_files.py): the ranks of one host read the same pages. DTensor
+Data files are mapped copy-on-write (engine/keep/files.py): the ranks of one host read the same pages. DTensor
 shards (FSDP2) are loaded from the rank's own torch.distributed.checkpoint into DTensors laid out like the live
-object's (engine/keep_dcp.py).
+object's (engine/keep/shards.py).
 
 Imported on the engines only.
 """
@@ -22,8 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..wire import GenId
-from . import keep, keep_dcp, keep_files, keep_format, outbox
+from ...wire import GenId
+from .. import outbox
+from . import encoding, files, shards, snapshot
 
 _prepared: dict[str, Any] | None = None  # what `prepare` rebuilt, until `apply` (or the next prepare)
 
@@ -39,7 +40,7 @@ def prepare(plan: dict[int, GenId], directory: str) -> dict[str, Any]:
     where = Path(directory)
     gen = tuple(plan[rank])
     try:
-        manifest = keep_files.read_manifest(where, rank, gen)  # type: ignore[arg-type]
+        manifest = files.read_manifest(where, rank, gen)  # type: ignore[arg-type]
     except Exception as exc:
         return {"ok": [], "failed": {"*": f"this rank's snapshot could not be read ({_first_words(exc)})"}}
     ns = get_ipython().user_ns
@@ -52,14 +53,14 @@ def prepare(plan: dict[int, GenId], directory: str) -> dict[str, Any]:
             continue
         try:
             obj = ns.get(name)
-            if not keep.has_state(obj) or type(obj).__qualname__ != entry["cls"]:
+            if not snapshot.has_state(obj) or type(obj).__qualname__ != entry["cls"]:
                 what = f"a {type(obj).__qualname__}" if name in ns else "nothing"
                 raise LookupError(
                     f"it was a {entry['cls']} when kept, and the setup cells now make it {what}: run the cell that "
                     f"builds the {entry['cls']} with %%hvd --setup"
                 )
             state = _decode(where, rank, gen, entry, device, lambda n: _live(ns, n))  # type: ignore[arg-type]
-            state = _resharded(obj, state, keep_files.shards_dir(where, rank, gen, name))  # type: ignore[arg-type]
+            state = _resharded(obj, state, files.shards_dir(where, rank, gen, name))  # type: ignore[arg-type]
             _check(obj, state)
             loaded[name] = state
         except Exception as exc:
@@ -73,7 +74,7 @@ def prepare(plan: dict[int, GenId], directory: str) -> dict[str, Any]:
         def resolve(link: tuple[str, str]) -> Any:
             if link[0] in values:  # another kept value: the one this restore brings back
                 if link[0] not in loaded:
-                    raise keep_format.MissingLink(f"it refers to {link[0]}, which did not come back")
+                    raise encoding.MissingLink(f"it refers to {link[0]}, which did not come back")
                 return loaded[link[0]]
             return _live(ns, link)
 
@@ -125,8 +126,8 @@ def apply(names: list[str]) -> dict[str, Any]:
                 continue
             ns[name] = loaded[name]
             applied.append(name)
-        keep.set_random_state(prepared["manifest"]["random"])
-        keep.restored(prepared["gen"], {n: entries[n] for n in applied}, applied)
+        snapshot.set_random_state(prepared["manifest"]["random"])
+        snapshot.restored(prepared["gen"], {n: entries[n] for n in applied}, applied)
     return {"applied": applied, "failed": failed}
 
 
@@ -146,7 +147,7 @@ class _no_interrupts:
 def _decode(
     where: Path, rank: int, gen: GenId, entry: dict[str, Any], device: Any, resolve: Callable[[Any], Any]
 ) -> Any:
-    encoded: keep_format.Encoded = entry["encoded"]
+    encoded: encoding.Encoded = entry["encoded"]
     tensors: dict[int, Any] = {}
 
     def tensor(i: int) -> Any:
@@ -155,23 +156,21 @@ def _decode(
             if ref.inline is not None:
                 buffer: Any = bytearray(ref.inline)
             else:
-                buffer = keep_files.open_data(where, rank, gen, ref.digest)
-            tensors[i] = keep_format.rebuild(ref, buffer, device)
+                buffer = files.open_data(where, rank, gen, ref.digest)
+            tensors[i] = encoding.rebuild(ref, buffer, device)
         return tensors[i]
 
-    return keep_format.decode(encoded.pickle, tensor, resolve)
+    return encoding.decode(encoded.pickle, tensor, resolve)
 
 
 def _live(ns: dict[str, Any], link: tuple[str, str]) -> Any:
     name, cls = link
     if name not in ns:
-        raise keep_format.MissingLink(
+        raise encoding.MissingLink(
             f"it refers to {name}, which the setup cells do not define: build {name} in a %%hvd --setup cell"
         )
     if type(ns[name]).__qualname__ != cls:
-        raise keep_format.MissingLink(
-            f"it refers to {name}, a {cls} when kept, and now a {type(ns[name]).__qualname__}"
-        )
+        raise encoding.MissingLink(f"it refers to {name}, a {cls} when kept, and now a {type(ns[name]).__qualname__}")
     return ns[name]
 
 
@@ -195,25 +194,25 @@ def _resharded(obj: Any, state: Any, folder: Path) -> Any:
     whose place differs raises, naming it."""
     import torch
 
-    shards = list(_shards(state))
-    if not shards:
+    kept_shards = list(_shards(state))
+    if not kept_shards:
         return state
     optimizer = isinstance(obj, torch.optim.Optimizer)
     params = [p for group in obj.param_groups for p in group["params"]] if optimizer else []
     live = {} if params else obj.state_dict()
     wanted: dict[str, tuple[Any, str, str]] = {}
-    for path, shard in shards:
+    for path, shard in kept_shards:
         if params and len(path) == 3 and path[0] == "state" and isinstance(path[1], int) and path[1] < len(params):
             wanted[shard.key] = (params[path[1]], f"state {path[2]!r} of parameter {path[1]}", shard.placements)
         else:
             wanted[shard.key] = (_at(live, path), ".".join(map(str, path)), shard.placements)
-    loaded = keep_dcp.load(wanted, folder)
+    loaded = shards.load(wanted, folder)
     return _put(state, loaded)
 
 
 def _shards(state: Any, path: tuple[Any, ...] = ()) -> Any:
     """(path, KeptShard) of every shard in a kept state, in dicts and lists."""
-    if isinstance(state, keep_format.KeptShard):
+    if isinstance(state, encoding.KeptShard):
         yield path, state
     elif isinstance(state, dict):
         for key, value in state.items():
@@ -235,7 +234,7 @@ def _at(state: Any, path: tuple[Any, ...]) -> Any:
 
 def _put(state: Any, loaded: dict[str, Any]) -> Any:
     """`state` with each KeptShard replaced by the DTensor loaded for its key."""
-    if isinstance(state, keep_format.KeptShard):
+    if isinstance(state, encoding.KeptShard):
         return loaded[state.key]
     if isinstance(state, dict):
         for key, value in state.items():

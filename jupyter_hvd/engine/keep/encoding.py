@@ -3,15 +3,15 @@
 A kept object is pickled with cloudpickle (notebook functions and classes travel with their code), with two kinds
 of persistent references instead of copies:
 - a dense tensor becomes a numbered reference; its data goes to a file of its own when it is big (shared by every
-  rank and snapshot holding the same bytes: engine/keep_files.py), inside the snapshot when it is small;
+  rank and snapshot holding the same bytes: engine/keep/files.py), inside the snapshot when it is small;
 - an object that a top-level name of the rank's namespace holds (a dataset, a model, an optimizer: live machinery,
   not plain data) becomes a reference to that name, so that after a restore the kept value refers to the object the
   setup cells rebuilt, not to a copy of it (a sampler keeps sampling the live dataset).
 A DTensor in a state_dict (FSDP2's sharded state) becomes a reference to this rank's shard, which is kept with
-torch.distributed.checkpoint (engine/keep_dcp.py) and comes back laid out like the live object's.
+torch.distributed.checkpoint (engine/keep/shards.py) and comes back laid out like the live object's.
 
 `encode` walks an object once and copies nothing yet: each tensor and shard is read once for a digest of its bytes
-(engine/keep_digest.py), and the object's `signature` is the digest of the pickle and of those digests, so the end of
+(engine/keep/content.py), and the object's `signature` is the digest of the pickle and of those digests, so the end of
 a cell knows for certain whether anything kept changed, whoever wrote it (torch's in-place counter misses writes:
 BatchNorm's running statistics, Horovod's broadcasts, `.data`, numpy views). `stage` then copies what changed since
 the object's last snapshot into buffers that are used again snapshot after snapshot (a fresh 286 MB allocation cost
@@ -33,7 +33,7 @@ from typing import Any
 import cloudpickle
 import xxhash
 
-from . import keep_dcp, keep_digest
+from . import content, shards
 
 BLOB_BYTES = 64 * 1024  # tensors at least this big get a data file of their own; smaller ones stay in the pickle
 # Plain data is copied, never linked by name: a kept dict holding the number 5 must not come back holding whatever
@@ -72,7 +72,7 @@ class TensorRef:
     device: str  # "cpu" | "cuda": a CUDA tensor comes back on the restoring rank's own GPU
     requires_grad: bool
     parameter: bool
-    content: bytes = b""  # the digest of the live tensor's bytes when it was kept (engine/keep_digest.py)
+    content: bytes = b""  # the digest of the live tensor's bytes when it was kept (engine/keep/content.py)
     inline: bytes | None = None  # a small tensor's bytes, kept in the snapshot itself
     data: Any = None  # a big tensor's CPU copy (a staging buffer), until the snapshot writer has put it in a file
     digest: str = ""  # the name of that data file: the digest of the copy's bytes, taken by the writer
@@ -91,7 +91,7 @@ class Encoded:
     links: list[tuple[str, str]] = field(default_factory=list)  # the namespace names it refers to, with their class
     # key -> a CPU copy of this rank's shard, until the snapshot writer has saved it with DCP (then None)
     shards: dict[str, Any] = field(default_factory=dict)
-    shards_file: str = ""  # names the saved shards in %hvd_snapshots' sizes (engine/keep_files.py)
+    shards_file: str = ""  # names the saved shards in %hvd_snapshots' sizes (engine/keep/files.py)
     shards_bytes: int = 0
     contents: dict[str, bytes] = field(default_factory=dict)  # shard key -> the digest of the live shard's bytes
     signature: bytes = b""  # the digest of all of it: equal when nothing kept in it changed
@@ -123,7 +123,7 @@ def linkable(namespace: Mapping[str, Any]) -> dict[int, str]:
 @dataclass
 class KeptShard:
     """Where a restored state holds a DTensor: its key in the DCP checkpoint, to be loaded into a DTensor laid out
-    like the live one (engine/keep_restore.py)."""
+    like the live one (engine/keep/restore.py)."""
 
     key: str
     placements: str  # as kept, to name a difference
@@ -174,14 +174,14 @@ class _Encoder(cloudpickle.Pickler):
             if link not in self.used:
                 self.used.append(link)
             return ("name", link)
-        if keep_dcp.is_shard(obj):
+        if shards.is_shard(obj):
             if not self.state:
                 raise ShardOutsideState()
             if key not in self._keys:
                 shard = self._keys[key] = str(len(self.shards))
                 self.shards[shard] = obj
-                self.contents[shard] = keep_digest.of_tensor(obj.to_local())
-            return ("dcp", (self._keys[key], keep_dcp.placements(obj)))
+                self.contents[shard] = content.of_tensor(obj.to_local())
+            return ("dcp", (self._keys[key], shards.placements(obj)))
         if not _dense(obj):
             return None
         if key not in self._numbered:  # the same tensor twice in one object comes back as one tensor
@@ -202,7 +202,7 @@ def _described(tensor: Any) -> TensorRef:
         device=detached.device.type,
         requires_grad=bool(tensor.requires_grad),
         parameter=isinstance(tensor, torch.nn.Parameter),
-        content=keep_digest.of_tensor(detached),
+        content=content.of_tensor(detached),
     )
 
 
@@ -223,9 +223,9 @@ def encode(obj: Any, links: dict[int, str], kept: Any = None, state: bool = Fals
     replica.update(repr(encoded.links).encode())
     encoded.replica = replica.hexdigest()
     digest = xxhash.xxh3_128(replica.digest())
-    for shard, content in sorted(encoded.contents.items()):
+    for shard, shard_digest in sorted(encoded.contents.items()):
         digest.update(shard.encode())
-        digest.update(content)
+        digest.update(shard_digest)
     encoded.signature = digest.digest()
     return encoded
 
@@ -243,10 +243,10 @@ def stage(encoded: Encoded, previous: Encoded | None, staging: Staging) -> None:
         if tensor.numel() * tensor.element_size() >= BLOB_BYTES:
             ref.data = staging.copy(tensor)
         else:
-            ref.inline = bytes(keep_digest.as_bytes(tensor.detach().to("cpu", copy=True).contiguous()))
+            ref.inline = bytes(content.as_bytes(tensor.detach().to("cpu", copy=True).contiguous()))
     unchanged = previous is not None and bool(previous.contents) and previous.contents == encoded.contents
     for key, shard in encoded.live_shards.items():
-        encoded.shards[key] = None if unchanged else keep_dcp.stage(shard)
+        encoded.shards[key] = None if unchanged else shards.stage(shard)
     encoded.live = []
     encoded.live_shards = {}
 

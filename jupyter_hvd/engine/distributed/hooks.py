@@ -6,7 +6,7 @@ Gloo and NCCL also keep to loopback, and a TCPStore that rank 0 serves on the po
 Watching: blocking collectives called from Python (`dist.all_reduce(...)`) are counted and their waits recorded, as
 Horovod's are (engine/collectives.py), so the kernel names ranks whose collectives do not match; DDP's gradient
 allreduce (started in C++ during backward) is timed by a communication hook, for the straggler check
-(engine/pace.py). A torch.distributed collective whose peer failed cannot be released (Gloo and NCCL only end it
+(engine/cell/pace.py). A torch.distributed collective whose peer failed cannot be released (Gloo and NCCL only end it
 when the peer's connection closes or the timeout passes), so the kernel restarts the pool instead.
 
 Imported on the engines only.
@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import collectives, pace
+from .. import collectives
+from ..cell import pace
 
 # Blocking collectives a cell may call, by their names in torch.distributed.
 COLLECTIVES = (

@@ -17,9 +17,11 @@ import traceback
 from collections import deque
 from typing import Any
 
-from .. import compat
-from ..wire import CellRecord, ErrorInfo
-from . import collectives, debugger, idle
+from ... import compat
+from ...wire import CellRecord, ErrorInfo
+from .. import collectives
+from ..diagnose import debugger
+from ..horovod import rest
 
 TAIL_LINES = 20  # kept per rank for error context and the pool status, even when output is not shown
 VALUE_BYTES = 4 * 2**20  # a cell's last value above this (pickled) is shown by its repr; the channel takes 8 MB
@@ -144,7 +146,7 @@ def run_cell(
     record = CellRecord(rank=rank, ok=True)
     collectives.begin_cell()
     try:
-        record.woke = idle.begin_cell()  # Horovod starts again at the cell's first use of it, unless asked now
+        record.woke = rest.begin_cell()  # Horovod starts again at the cell's first use of it, unless asked now
         body, last = _split_last_expression(src, filename)
         exec(body, ns)
         if last is not None:
@@ -162,8 +164,8 @@ def run_cell(
         out.finish()
         err.finish()
         sys.stdout, sys.stderr = saved
-        if "jupyter_hvd.engine.report" in sys.modules:  # the cell called report(): send what is still pending
-            sys.modules["jupyter_hvd.engine.report"].flush()
+        if "jupyter_hvd.engine.cell.report" in sys.modules:  # the cell called report(): send what is still pending
+            sys.modules["jupyter_hvd.engine.cell.report"].flush()
     record.seconds = time.perf_counter() - t0
     record.tail = list(out.tail)[-5:]
     record.lines = out.lines

@@ -9,7 +9,7 @@ of its own, and the kernel asks for it too between cells. Horovod starts again (
 first uses it, on every rank alike since cells run on every rank: a cell that only trains with torch.distributed, or
 only sleeps, leaves it resting. Meanwhile hvd.rank(), hvd.size() and the like are answered from what they were.
 
-A cell's `hvd.init(...)` with process sets, a communicator or new HOROVOD_* variables (engine/guards.py) starts
+A cell's `hvd.init(...)` with process sets, a communicator or new HOROVOD_* variables (engine/horovod/guards.py) starts
 Horovod again with them, and every later start does the same, with the process sets cells added registered again.
 Ranks use process sets apart (a rank outside a set does not take part in its collectives), so such a pool starts
 Horovod at each cell's start instead of at a first use, and does not rest during a cell. Pools with a fixed tuning
@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .. import compat, wire
+from ... import compat, wire
 from . import init_settings
 
 _resting = False
@@ -69,7 +69,7 @@ def _apart() -> bool:
 
 def rest() -> dict[str, Any]:
     """Stop Horovod's background thread until the next use (called on every rank at once by the kernel)."""
-    from . import collectives
+    from .. import collectives
 
     t0 = time.perf_counter()
     # A user's thread may still train, ops may be in flight: then no rank rests. Every rank must decide alike (the
@@ -167,7 +167,7 @@ def watch(after: float) -> None:
 
 def _unused_for(after: float) -> bool:
     """Whether this rank's Horovod may rest now: awake, unused for `after` seconds, nothing in flight."""
-    from . import collectives
+    from .. import collectives
 
     return (
         not _resting
@@ -181,7 +181,7 @@ def _unused_for(after: float) -> bool:
 
 
 def _watch(comm: Any, after: float) -> None:
-    from . import outbox
+    from .. import outbox
 
     try:
         while True:
@@ -214,7 +214,7 @@ def _stop() -> None:
     global _resting
     from horovod.torch import mpi_ops
 
-    from . import collectives
+    from .. import collectives
 
     if _resting:
         return
@@ -423,7 +423,7 @@ def _wake_for(kind: str, name: str) -> None:
     """Start Horovod for a use of it (`kind`, of tensor `name`); the rank counts as waiting in that collective
     meanwhile (the others must start Horovod too), so the kernel sees a rank that waits for peers that finished their
     cell, and Where names the collective and its tensor as it will once Horovod runs."""
-    from . import collectives
+    from .. import collectives
 
     with collectives.waiting(name or kind, collectives.started(), kind=kind if name else ""):
         wake()

@@ -2,9 +2,9 @@
 
 Imported on the engines only. Horovod records a timeline only when HOROVOD_TIMELINE=DYNAMIC was set at hvd.init(),
 and merely enabling it cost about 27% of training throughput, so pools start without it. A timeline cell sets the
-variable and starts Horovod again on every rank (idle.wake(): shutdown, init, a few ms on CPU ranks); when the cell
+variable and starts Horovod again on every rank (rest.wake(): shutdown, init, a few ms on CPU ranks); when the cell
 ends the variable is removed, and the next cell (or the idle rest) starts Horovod without it. Pools that cannot
-restart Horovod (idle.can_rest() false) need it from %hvd_start --timeline. Rank 0 (Horovod's coordinator) writes
+restart Horovod (rest.can_rest() false) need it from %hvd_start --timeline. Rank 0 (Horovod's coordinator) writes
 the Chrome-trace file; every rank calls start and stop, as Horovod expects.
 """
 
@@ -24,14 +24,14 @@ def start(path: str, mark_cycles: bool = False) -> None:
     global _switched_on
     import horovod.torch as hvd
 
-    from . import idle
+    from ..horovod import rest
 
     if not os.environ.get(TIMELINE):
-        idle.set_horovod_env({TIMELINE: "DYNAMIC"})
+        rest.set_horovod_env({TIMELINE: "DYNAMIC"})
         _switched_on = True
-    idle.wake()  # starts Horovod, with the timeline, where it rests or was started without it
-    if idle.horovod_env(TIMELINE) != "DYNAMIC":
-        why = "a thread of this rank (or another) still uses Horovod" if idle.can_rest() else "Horovod cannot restart"
+    rest.wake()  # starts Horovod, with the timeline, where it rests or was started without it
+    if rest.horovod_env(TIMELINE) != "DYNAMIC":
+        why = "a thread of this rank (or another) still uses Horovod" if rest.can_rest() else "Horovod cannot restart"
         stop_switch()
         raise RuntimeError(f"Horovod could not be started again with its timeline on: {why}")
     if hvd.rank() == 0:
@@ -68,12 +68,12 @@ def stop(path: str, wait_s: float = 10.0) -> dict[str, Any]:
 
 
 def stop_switch() -> None:
-    """Remove HOROVOD_TIMELINE if a timeline cell set it: the next cell starts Horovod without it (idle.wake())."""
+    """Remove HOROVOD_TIMELINE if a timeline cell set it: the next cell starts Horovod without it (rest.wake())."""
     global _switched_on
-    from . import idle
+    from ..horovod import rest
 
     if _switched_on:
-        idle.set_horovod_env({TIMELINE: None})
+        rest.set_horovod_env({TIMELINE: None})
         _switched_on = False
 
 

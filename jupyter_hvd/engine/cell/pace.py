@@ -4,7 +4,7 @@ In data-parallel training the slowest rank sets the pace: the others wait for it
 is the interval between two successive waits for gradient synchronisation (a DistributedOptimizer's synchronize(),
 which step() calls) or two successive blocking collectives (hvd.allreduce(...), any hvd.synchronize(handle)) of the
 cell's thread; compute is the time between waits, wait the time inside one. Means over about `SEND_EVERY_S` go to
-the kernel with the report() records (engine/report.py), where kernel/straggler.py names a rank that computes much
+the kernel with the report() records (engine/cell/report.py), where kernel/straggler.py names a rank that computes much
 longer per step than the others, with the steps counted so far in the cell: every rank's step in the sidebar, also
 on ranks that print nothing.
 
@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import compat
-from . import outbox
+from ... import compat
+from .. import outbox
 
 SEND_EVERY_S = 0.5  # means over this much training go to the kernel
 
@@ -130,8 +130,8 @@ def waited(start: float, end: float) -> None:
         _step(start, end)
 
 
-# DDP's buckets are allreduced while backward runs (engine/torch_dist.py times them): a step is forward to forward,
-# its wait the time the buckets' allreduces took (as they overlap backward, an upper bound of the time waited).
+# DDP's buckets are allreduced while backward runs (engine/distributed/hooks.py times them): a step is forward to
+# forward, its wait the time the buckets' allreduces took (as they overlap backward, an upper bound of the time waited).
 _ddp_wait = 0.0
 _ddp_lock = threading.Lock()
 

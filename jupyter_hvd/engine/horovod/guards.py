@@ -12,7 +12,7 @@ import sys
 import weakref
 from typing import Any
 
-from .. import compat
+from ... import compat
 
 # Every hvd.DistributedOptimizer made on this engine that may still hold gradient hooks.
 _live: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -26,7 +26,7 @@ RERUN_ADVICE = (
 
 def _say(text: str) -> None:
     """Print a note under the cell that caused it, from rank 0 only (every rank runs the same line)."""
-    from . import outbox
+    from .. import outbox
 
     if outbox.rank() == 0:
         print(f"jupyter-hvd: {text}", file=sys.stderr, flush=True)
@@ -42,8 +42,9 @@ def _guard_init(hvd: Any) -> None:
     """A script's hvd.init(...) in a cell: harmless where it asks for nothing new (Horovod is initialised already: a
     second plain init would clear its table of ops in flight); where it brings process sets, a communicator, or
     HOROVOD_* variables the cell set, Horovod starts again with them on every rank, as under mpirun, said in one line.
-    What Horovod 0.28.1 cannot start again with is named, with what to type instead (engine/init_settings.py)."""
-    from . import idle, init_settings
+    What Horovod 0.28.1 cannot start again with is named, with what to type instead
+    (engine/horovod/init_settings.py)."""
+    from . import init_settings, rest
 
     real_init = hvd.init
 
@@ -51,12 +52,12 @@ def _guard_init(hvd: Any) -> None:
     def init(*args: Any, **kwargs: Any) -> None:
         if not hvd.is_initialized():
             return real_init(*args, **kwargs)
-        plan = init_settings.plan(idle.started_variables(), idle.horovod_variables())
+        plan = init_settings.plan(rest.started_variables(), rest.horovod_variables())
         if plan.named:
             _say("; ".join(plan.named) + ".")
         if not args and not kwargs and not plan.applied:
             return None
-        if not plan.applied and idle.started_plain() and _as_now(hvd, args, kwargs):
+        if not plan.applied and rest.started_plain() and _as_now(hvd, args, kwargs):
             _say(f"hvd.init({_shown(args, kwargs)}) asks for what Horovod already has on this pool: nothing changes.")
             return None
         pending = sorted(compat.handles_in_flight())
@@ -67,7 +68,7 @@ def _guard_init(hvd: Any) -> None:
                 f"with an *_async call are not collected (handles {', '.join(map(str, pending[:8]))}): their results "
                 "would be lost. Call hvd.synchronize(handle) on each first, then hvd.init(...) again."
             )
-        seconds = idle.start_again(real_init, args, kwargs, plan.start_with)
+        seconds = rest.start_again(real_init, args, kwargs, plan.start_with)
         asked = _shown(args, kwargs)
         env = ", ".join(f"{k}={now}" if now is not None else f"without {k}" for k, (_, now) in plan.applied.items())
         said = f"Horovod started again on every rank ({seconds * 1000:.0f} ms) for hvd.init({asked})"
@@ -83,7 +84,7 @@ def _guard_init(hvd: Any) -> None:
     @functools.wraps(real_shutdown)
     def shutdown() -> None:
         # A pasted script's last line: Horovod rests until the next cell uses it, as between cells.
-        idle.shutdown_by_cell()
+        rest.shutdown_by_cell()
 
     hvd.init = init
     hvd.shutdown = shutdown

@@ -14,9 +14,9 @@ import sys
 import threading
 import traceback
 
-from .. import wire
-from ..wire import Frame, Place
-from . import collectives
+from ... import wire
+from ...wire import Frame, Place
+from .. import collectives
 
 MAX_FRAMES = 100  # the innermost ones, of a deep recursion: a place stays a small message
 

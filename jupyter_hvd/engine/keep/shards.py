@@ -1,14 +1,14 @@
 """FSDP2's sharded state kept with torch.distributed.checkpoint (DCP): each rank saves and loads its own shards.
 
 The DTensors of a kept object's state_dict (an FSDP2 module's parameters, its optimizer's moments) are copied at the
-snapshot and saved by DCP into a folder of the rank's part of the generation (engine/keep_files.py); the rest of the
+snapshot and saved by DCP into a folder of the rank's part of the generation (engine/keep/files.py); the rest of the
 state stays in the pool's own format. DCP's metadata records where each shard lies in the whole tensor, and a restore
 checks that against the live object's layout, naming a difference instead of loading part of a shard.
 
 Without collectives: `save(..., no_dist=True)` and `load(..., no_dist=True)` build DCP's `_DistWrapper` with
 use_dist=False, whose gathers, scatters and barriers then run locally (torch 2.13, checkpoint/utils.py), and a
 DTensor's chunk comes from its spec and this rank's mesh coordinate; so a rank that commits or restores alone never
-waits for another (the rule of engine/keep.py).
+waits for another (the rule of engine/keep/snapshot.py).
 
 Imported on the engines only.
 """

@@ -6,7 +6,7 @@
       rank-<r>/<cell>-<k>/manifest   rank r's part of generation (cell, k): its kept names, its random generators
       rank-<r>/<cell>-<k>/<digest>   hard links to the data the manifest refers to
       rank-<r>/<cell>-<k>/dcp/<name>/  the DTensor shards (FSDP2) of kept name <name>: rank r's own
-                                     torch.distributed.checkpoint (engine/keep_dcp.py), hard links where unchanged
+                                     torch.distributed.checkpoint (engine/keep/shards.py), hard links where unchanged
       .tmp-<host>-<pid>-*            being written
 
 A generation directory holds links to all of its data, so deleting one (rmtree) never takes data another still uses,
@@ -30,11 +30,11 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .. import state
-from ..wire import GenId
-from . import keep_dcp
-from .keep_digest import as_bytes, of_bytes
-from .keep_format import Encoded, TensorRef
+from ... import state
+from ...wire import GenId
+from . import shards
+from .content import as_bytes, of_bytes
+from .encoding import Encoded, TensorRef
 
 DATA = "data"
 MANIFEST = "manifest"
@@ -159,7 +159,7 @@ def _save_shards(folder: Path, encoded: Encoded, earlier: Path | None, file: str
     """Save the shards of one kept name into `folder`, or link the files `earlier` holds where they were saved
     already; the bytes written."""
     if any(shard is not None for shard in encoded.shards.values()):
-        encoded.shards_bytes = keep_dcp.save(encoded.shards, folder)
+        encoded.shards_bytes = shards.save(encoded.shards, folder)
         encoded.shards_file = file
         return encoded.shards_bytes
     if earlier is None or not (earlier / ".metadata").is_file():
