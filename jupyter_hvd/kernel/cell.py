@@ -31,7 +31,6 @@ from .channel import ChannelError
 from .errors import CellFailed, group_errors, name_cell
 from .failures import Done, Failure, PoolLost, Wait
 from .figures import CellFigures
-from .keep import Cell
 from .pool import Pool
 from .ranks import format_ranks
 
@@ -124,7 +123,7 @@ class CellRun:
                 print(f"jupyter-hvd: rank {rank} printed between cells:\n{text.rstrip()}", file=sys.stderr, flush=True)
         while self.pool.announcements:  # what happened between cells (a sidebar action)
             print(f"jupyter-hvd: {self.pool.announcements.pop(0)}", file=sys.stderr, flush=True)
-        self._say_snapshot_news()
+        say_snapshot_news(self.pool)
         for r in self.pool.ranks:
             self.runs[r.rank] = _RankRun(r.rank)
         try:
@@ -145,6 +144,15 @@ class CellRun:
             raise PoolLost(Failure("unsent", (), f"the cell could not be sent: {exc}", restarts=True)) from None
 
     # ---- the wait loop -------------------------------------------------------------------------------------
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether every rank ran the cell to its end (no error, interrupt or lost pool)."""
+        return self.reason is None and self.lost is None
+
+    def commits(self) -> dict[int, int]:
+        """How many times each rank called jupyter_hvd.commit() in the cell."""
+        return {r.rank: r.record.commits for r in self.runs.values() if r.record is not None}
 
     def run(self) -> Any:
         """Run the cell on every rank and wait for all of them, whatever happens."""
@@ -173,40 +181,10 @@ class CellRun:
                         {r: {"last_line": ln} for r, ln in self.figures.last_lines.items()}, publish=False
                     )
                     self.pool.set_state("idle", publish=self._shown_running)
-                if self.reason is None and self.lost is None and self.options.record:
-                    self._succeeded()
             if self.pool.pending_action == "interrupt":  # the sidebar's Interrupt ended it (kernel/watcher.py)
                 self.pool.pending_action = None
                 self.interrupted_by = "from the sidebar"
         return self._finish()
-
-    def _succeeded(self) -> None:
-        """Every rank ran the cell to its end: keep it for the export (and the journal), and snapshot kept names."""
-        keeper = self.pool.keeper
-        said = keeper.record(Cell(self.source, self.options.count, self.options.cell_id, self.options.setup))
-        if said:
-            print(f"jupyter-hvd: {said}; %hvd_setup lists the journal.", flush=True)
-        commits = {r.rank: r.record.commits for r in self.runs.values() if r.record is not None}
-        keeper.snapshots.commits_differ(self.options.count, commits)
-        if keeper.names and self.pool.channel is not None:
-            gen = (next_number(), 0)  # after this cell's own commit() generations
-            try:  # behind this cell on each rank; each copies what changed, a thread writes it
-                self.pool.channel.send_all(wire.Commit(self.options.count, gen))
-            except ChannelError:
-                pass  # a rank that died after its end: the next cell finds out
-        self._say_snapshot_news()
-        try:
-            for rank, prune in keeper.snapshots.expire().items():
-                if self.pool.channel is not None and rank < len(self.pool.ranks):
-                    self.pool.channel.send(rank, prune)
-        except ChannelError:
-            pass
-
-    def _say_snapshot_news(self) -> None:
-        """What the snapshots had to say (a name that cannot be kept, ranks that differ), once each."""
-        news = self.pool.keeper.snapshots.news
-        while news:
-            print(f"jupyter-hvd: {news.pop(0)}", file=sys.stderr, flush=True)
 
     def _loop(self) -> None:
         try:
@@ -560,6 +538,13 @@ def _unpickled(value: bytes) -> Any:
 class _Note(str):
     def __repr__(self) -> str:
         return str(self)
+
+
+def say_snapshot_news(pool: Pool) -> None:
+    """What the snapshots had to say (a name that cannot be kept, ranks that differ), once each."""
+    news = pool.keeper.snapshots.news
+    while news:
+        print(f"jupyter-hvd: {news.pop(0)}", file=sys.stderr, flush=True)
 
 
 def next_number() -> int:

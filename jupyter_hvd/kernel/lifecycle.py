@@ -18,9 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import wire
 from . import restart as coming_back
-from .cell import CellOptions, CellRun
+from .cell import CellOptions, CellRun, next_number, say_snapshot_news
+from .channel import ChannelError
 from .errors import CellFailed
+from .keep import Cell, Keeper
 from .options import HvdPool
 from .pool import Pool, current, set_current
 from .watcher import PoolWatcher
@@ -28,10 +31,10 @@ from .watcher import PoolWatcher
 log = logging.getLogger("jupyter_hvd")
 
 
-def start(options: HvdPool) -> Pool:
+def start(options: HvdPool, keeper: Keeper | None = None) -> Pool:
     """A new pool with `options`: its engines started and Horovod initialised, its watcher running; the kernel's
-    pool from now on."""
-    pool = Pool.start(options)
+    pool from now on. `keeper`: what a stopped pool kept, to keep on the new one."""
+    pool = Pool.start(options, keeper or Keeper())
     _watch(pool)
     set_current(pool)
     return pool
@@ -54,8 +57,7 @@ def restart(pool: Pool, planned: bool = True, fresh: bool = False) -> tuple[Pool
         shutil.rmtree(pool.pushed_dir, ignore_errors=True)
     if pool.stopped:
         old = pool
-        pool = start(old.options)
-        pool.keeper = old.keeper  # what the old pool kept comes back on the new one
+        pool = start(old.options, old.keeper)  # what the old pool kept comes back on the new one
         for old_dir, new_dir in ((old.kept_dir, pool.kept_dir), (old.pushed_dir, pool.pushed_dir)):
             if old_dir.is_dir():
                 _move(old_dir, new_dir)
@@ -88,8 +90,12 @@ def _link_or_copy(source: str, target: str) -> None:
 def run_cell(pool: Pool, source: str, options: CellOptions) -> Any:
     """Run a `%%hvd` cell on every rank (kernel/cell.py). A pool the cell lost is restarted, and the cell's error
     says what came back; a sidebar Restart or Stop asked for while the cell ran is carried out after it."""
+    run = CellRun(pool, source, options)
     try:
-        return CellRun(pool, source, options).run()
+        value = run.run()
+        if options.record and run.succeeded:
+            _kept_after(pool, run, options)
+        return value
     except CellFailed as failed:
         if failed.lost is None:
             raise
@@ -99,6 +105,29 @@ def run_cell(pool: Pool, source: str, options: CellOptions) -> Any:
         said = _carry_out_pending(pool)
         if said:
             print(f"jupyter-hvd: {said}", file=sys.stderr, flush=True)
+
+
+def _kept_after(pool: Pool, run: CellRun, options: CellOptions) -> None:
+    """Every rank ran the cell to its end: keep it for the export (and the journal), and snapshot the kept names."""
+    with pool.lock:
+        keeper = pool.keeper
+        said = keeper.record(Cell(run.source, options.count, options.cell_id, options.setup))
+        if said:
+            print(f"jupyter-hvd: {said}; %hvd_setup lists the journal.", flush=True)
+        keeper.snapshots.commits_differ(options.count, run.commits())
+        if keeper.names and pool.channel is not None:
+            gen = (next_number(), 0)  # after this cell's own commit() generations
+            try:  # behind this cell on each rank; each copies what changed, a thread writes it
+                pool.channel.send_all(wire.Commit(options.count, gen))
+            except ChannelError:
+                pass  # a rank that died after its end: the next cell finds out
+        say_snapshot_news(pool)
+        try:
+            for rank, prune in keeper.snapshots.expire().items():
+                if pool.channel is not None and rank < len(pool.ranks):
+                    pool.channel.send(rank, prune)
+        except ChannelError:
+            pass
 
 
 def after_loss(pool: Pool, what: str) -> str:

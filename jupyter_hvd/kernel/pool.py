@@ -17,20 +17,22 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipyparallel as ipp
 
 from .. import state, wire
 from .channel import CellChannel, ChannelError
 from .errors import PoolError, group_errors
-from .keep import Keeper
 from .launcher import Launcher, visible_gpus
 from .options import HvdPool
 from .pool_file import PoolFile
 from .ranks import Rank, format_ranks, rank_table
 from .rendezvous import Rendezvous
-from .watcher import PoolWatcher
+
+if TYPE_CHECKING:  # the owner (kernel/lifecycle.py) gives the pool these; the record only holds them
+    from .keep import Keeper
+    from .watcher import PoolWatcher
 
 log = logging.getLogger("jupyter_hvd")
 
@@ -60,7 +62,7 @@ def deferred_interrupts() -> Iterator[None]:
 class Pool:
     """A running engine pool. Started, restarted and stopped by kernel/lifecycle.py."""
 
-    def __init__(self, options: HvdPool) -> None:
+    def __init__(self, options: HvdPool, keeper: Keeper) -> None:
         self.options = options
         self.started_at = time.time()
         self.id = f"hvd-{os.getpid()}-{int(self.started_at * 1000) % 10**8}"
@@ -80,7 +82,7 @@ class Pool:
         self.resting = False  # Horovod is stopped on every rank until the next cell (engine/horovod/rest.py)
         self.watcher: PoolWatcher | None = None
         self.stopped = False  # stop() ran: %hvd_restart starts a new pool with these options
-        self.keeper = Keeper()  # setup journal, kept names, snapshots, cells run (kernel/keep.py)
+        self.keeper = keeper  # setup journal, kept names, snapshots, cells run (kernel/keep.py)
         self.keeper.snapshots.kept = options.snapshots_kept
         self.keeper.snapshots.tags_kept = options.tags_kept
         self.engines_started = 0  # sets of engines started so far (a restart while bringing back makes one more)
@@ -147,8 +149,9 @@ class Pool:
     # ---- lifecycle -----------------------------------------------------------------------------------------
 
     @classmethod
-    def start(cls, options: HvdPool) -> Pool:
-        """Start controller and engines, initialise Horovod on every engine, return the ready pool."""
+    def start(cls, options: HvdPool, keeper: Keeper) -> Pool:
+        """Start controller and engines, initialise Horovod on every engine, return the ready pool, which keeps what
+        `keeper` holds (a new pool's is empty; a stopped pool started again passes its own)."""
         options.validate()
         gpus = 0 if options.cpu else visible_gpus()
         if gpus and (options.np or 0) > gpus and not options.oversubscribe and not options.multi_host():
@@ -160,7 +163,7 @@ class Pool:
         if options.ops == "nccl" and not gpus:
             raise PoolError("--ops nccl needs GPUs, and this host has none.", "Use --ops mpi (or auto).")
         try:
-            pool = cls(options)
+            pool = cls(options, keeper)
         except state.UnsafeStateDir as exc:
             raise PoolError(str(exc)) from None
         pool.file.write(pool)
