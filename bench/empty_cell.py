@@ -29,7 +29,8 @@ from jupyter_hvd.testing import Kernel
 # Run in the kernel: the magic's phases, timed around the functions the cell passes through.
 PHASES = r"""
 import time, statistics
-from jupyter_hvd.kernel import cell as _cell, pool as _pools
+from jupyter_hvd.kernel.cell import run as _cell
+from jupyter_hvd.kernel.launch import pool as _pools
 _p = _pools.current()
 _t = {{"magic": [], "cell_run": []}}
 _real_run = _cell.CellRun.run

@@ -101,7 +101,9 @@ def warm_loop(round_trips: int, rested_cells: int) -> tuple[list[dict], dict]:
             k.run(f"%config HvdPool.live_view = '{view}'")
             round_trips_of(f"%%hvd {flags}\npass", label)
         # ipyparallel's own magic on the same engines: the reference the targets were set against.
-        k.run("from jupyter_hvd.kernel import pool\npool.current().client[pool.current().engine_ids()].activate()")
+        k.run(
+            "from jupyter_hvd.kernel.launch import pool\npool.current().client[pool.current().engine_ids()].activate()"
+        )
         round_trips_of("%%px --stream\npass", "ipyparallel `%%px --stream pass`, same engines (reference)")
         s = summary(plain)
         rows.append(
@@ -113,12 +115,12 @@ def warm_loop(round_trips: int, rested_cells: int) -> tuple[list[dict], dict]:
             }
         )
         k.run("%config HvdPool.live_view = 'text'")  # the streamed line marks the first step
-        # The edit-run loop as people type it: cells seconds apart, so Horovod rests in between (kernel/pool.py's
+        # The edit-run loop as people type it: cells seconds apart, so Horovod rests in between (kernel/launch/pool.py's
         # REST_AFTER_CPU_S) and each cell first wakes it on every rank.
         cells, over = [], []
         for _ in range(rested_cells):
             time.sleep(REST_WAIT_S)
-            r = k.run("from jupyter_hvd.kernel import pool\nprint(pool.current().resting)")
+            r = k.run("from jupyter_hvd.kernel.launch import pool\nprint(pool.current().resting)")
             assert r.stdout.strip() == "True", f"the pool did not rest within {REST_WAIT_S} s"
             r = k.run("%%hvd --no-plot\npass")
             plain = k.run("pass")

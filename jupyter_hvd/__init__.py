@@ -35,9 +35,9 @@ def load_ipython_extension(ipython: Any) -> None:
     import atexit
 
     from .compat import check_ipykernel
+    from .kernel.launch.options import defaults
     from .kernel.lifecycle import stop_at_exit
     from .kernel.magics import HvdMagics
-    from .kernel.options import defaults
 
     if check_ipykernel():
         print(f"jupyter-hvd: {check_ipykernel()}")

@@ -440,7 +440,7 @@ def can_rest(env: Mapping[str, str]) -> bool:
     return not any(env.get(k) for k in NO_REST)
 
 
-# Where a frame runs: a `%%hvd` cell (kernel/cell.py names each run, the engines compile it under that name), or a
+# Where a frame runs: a `%%hvd` cell (kernel/cell/run.py names each run, the engines compile it under that name), or a
 # file of the standard library, an installed package or jupyter-hvd (folded when the kernel says where a rank is).
 _CELL_FILE = re.compile(r"^<hvd-cell-(\d+)>$")
 _LIBRARY = tuple(

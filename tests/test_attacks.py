@@ -87,7 +87,7 @@ def squatter(order: dict[str, Any], user: pwd.struct_passwd | None) -> tuple[sub
 
 INFO = """
 import json
-from jupyter_hvd.kernel import pool as _p
+from jupyter_hvd.kernel.launch import pool as _p
 _pool = _p.current()
 _info = _pool.channel.info()
 print(json.dumps({"id": _pool.id, "directory": str(_pool.directory), "requests": _info["requests"],
@@ -420,7 +420,7 @@ def test_a_clock_step_changes_nothing(tmp_path, monkeypatch, orphan):
     sees a live kernel as alive, because start times are counted from boot and compared exactly."""
     import psutil._pslinux as pslinux
 
-    from jupyter_hvd.kernel import reaper
+    from jupyter_hvd.processes import reaper
 
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
     me = psutil.Process()
@@ -459,7 +459,7 @@ def test_a_pool_file_cannot_point_the_reaper_at_other_processes(tmp_path, monkey
         assert state.recorded_processes(record) == []
         path = state.pool_file("hvd-1-1")
         state.write_json(path, record)
-        from jupyter_hvd.kernel import reaper
+        from jupyter_hvd.processes import reaper
 
         assert reaper.reap(path) == 0
         assert p.is_running() and q.is_running()
@@ -584,8 +584,8 @@ def test_between_hosts_traffic_is_encrypted_and_only_the_pools_keys_get_in(ip, m
     import zmq
 
     from jupyter_hvd import wire
-    from jupyter_hvd.kernel import pool as pools
-    from jupyter_hvd.kernel.launcher import Launcher
+    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel.launch.launcher import Launcher
 
     monkeypatch.setattr(Launcher, "encrypted", lambda self: True)
     ip.run_line_magic("hvd_start", "-np 2")

@@ -9,9 +9,9 @@ import pytest
 from conftest import Kernel, pool_processes, wait_until_gone
 from IPython.core.error import UsageError
 
-from jupyter_hvd.kernel import launcher
-from jupyter_hvd.kernel import pool as pools
 from jupyter_hvd.kernel.errors import PoolError
+from jupyter_hvd.kernel.launch import launcher
+from jupyter_hvd.kernel.launch import pool as pools
 
 HAS_GPU = bool(shutil.which("nvidia-smi")) and launcher.visible_gpus() > 0
 
@@ -49,7 +49,7 @@ def test_mpiexec_missing(ip):
 
 
 def test_the_old_environment_variable_still_works_with_a_warning(ip, monkeypatch):
-    from jupyter_hvd.kernel import options
+    from jupyter_hvd.kernel.launch import options
 
     monkeypatch.setattr(options, "_defaults", options.HvdPool())  # a kernel whose config does not set mpiexec
     monkeypatch.setattr(options, "_warned", set())

@@ -22,10 +22,10 @@ import pytest
 from conftest import VENV_BIN, Kernel, wait_until_gone
 from IPython.core.inputtransformer2 import TransformerManager
 
-from jupyter_hvd.kernel import export
 from jupyter_hvd.kernel.errors import PoolError
-from jupyter_hvd.kernel.keep import Cell, Keeper
-from jupyter_hvd.kernel.options import HvdPool
+from jupyter_hvd.kernel.keep import export
+from jupyter_hvd.kernel.keep.journal import Cell, Keeper
+from jupyter_hvd.kernel.launch.options import HvdPool
 
 RECORDER = """import json, os, sys
 with open(os.environ["JHVD_RECORD"], "a") as f:

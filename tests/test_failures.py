@@ -1,4 +1,4 @@
-"""The failures module's detectors, and a cell's wait and wind-down (kernel/cell.py) driven through a fake channel.
+"""The failures module's detectors, and a cell's wait and wind-down (kernel/cell/run.py) driven through a fake channel.
 
 Pure logic: the engines are replaced by a script of the events real engines send (wire.py). The same paths on real
 pools are in test_never_hangs.py, test_faults.py and test_failure_paths.py.
@@ -16,7 +16,7 @@ import pytest
 
 from jupyter_hvd import wire
 from jupyter_hvd.kernel import failures
-from jupyter_hvd.kernel.cell import CellOptions, CellRun
+from jupyter_hvd.kernel.cell.run import CellOptions, CellRun
 from jupyter_hvd.kernel.errors import CellFailed
 from jupyter_hvd.kernel.failures import Done, Wait
 from jupyter_hvd.widgets import QuietView

@@ -1,5 +1,5 @@
-"""A running cell's figures (kernel/figures.py): what the sidebar, the view and the line under the cell get from the
-ranks' output and report() records. Pure logic: a fake pool file records what is written."""
+"""A running cell's figures (kernel/cell/figures.py): what the sidebar, the view and the line under the cell get from
+the ranks' output and report() records. Pure logic: a fake pool file records what is written."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from jupyter_hvd.digest import Digest
-from jupyter_hvd.kernel.figures import CellFigures
+from jupyter_hvd.kernel.cell.figures import CellFigures
 from jupyter_hvd.widgets import QuietView
 
 

@@ -7,9 +7,9 @@ import socket
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_hvd.kernel import hosts
-from jupyter_hvd.kernel.hosts import Host
-from jupyter_hvd.kernel.options import HvdPool
+from jupyter_hvd.kernel.launch import hosts
+from jupyter_hvd.kernel.launch.hosts import Host
+from jupyter_hvd.kernel.launch.options import HvdPool
 
 
 def test_hosts_like_horovodrun():
@@ -82,7 +82,7 @@ def test_mpi_traffic_stays_on_the_controller_network():
 
 
 def test_start_magic_rejects_bad_hosts_before_starting_anything(ip):
-    from jupyter_hvd.kernel import pool as pools
+    from jupyter_hvd.kernel.launch import pool as pools
 
     saved = pools.current()
     pools.set_current(None)  # as if no pool were running, so the arguments themselves are checked
@@ -103,8 +103,8 @@ def test_an_address_of_another_host_is_explained(ip):
     """A wrong --ip stops the start before any controller runs: the user reads why, and nothing is left running."""
     import psutil
 
-    from jupyter_hvd.kernel import pool as pools
     from jupyter_hvd.kernel.errors import PoolError
+    from jupyter_hvd.kernel.launch import pool as pools
 
     saved = pools.current()
     pools.set_current(None)
@@ -113,14 +113,14 @@ def test_an_address_of_another_host_is_explained(ip):
             ip.run_line_magic("hvd_start", "-np 2 --ip 198.51.100.77")
         assert pools.current() is None
         left = [p.cmdline() for p in psutil.Process().children(recursive=True) if p.is_running()]
-        assert not [c for c in left if "jupyter_hvd.kernel.reaper" in c], left
+        assert not [c for c in left if "jupyter_hvd.processes.reaper" in c], left
     finally:
         pools.set_current(saved)
 
 
 def test_pool_on_hosts_given_with_h_runs_here(ip):
     """`-H` with this host only (no root, no network needed): the multi-host launch path end to end."""
-    from jupyter_hvd.kernel import pool as pools
+    from jupyter_hvd.kernel.launch import pool as pools
 
     saved = pools.current()
     pools.set_current(None)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import Kernel
 
+from jupyter_hvd.kernel.launch.options import config_table
 from jupyter_hvd.kernel.magics import HvdMagics, options_table
-from jupyter_hvd.kernel.options import config_table
 
 MAGICS = [
     "hvd_start",

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyter_hvd.kernel import hosts, placement
-from jupyter_hvd.kernel.launcher import Launcher
-from jupyter_hvd.kernel.options import HvdPool
+from jupyter_hvd.kernel.launch import hosts, placement
+from jupyter_hvd.kernel.launch.launcher import Launcher
+from jupyter_hvd.kernel.launch.options import HvdPool
 from jupyter_hvd.kernel.ranks import Rank
 
 MPIEXEC = "/venv/bin/mpiexec"

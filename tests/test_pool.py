@@ -175,7 +175,7 @@ def test_push_and_pull_bad_input(ip, pool):
     ],
 )
 def test_bad_start_arguments(ip, pool, line, message):
-    from jupyter_hvd.kernel import pool as pools
+    from jupyter_hvd.kernel.launch import pool as pools
 
     saved = pools.current()
     pools.set_current(None)  # as if no pool were running, so the arguments themselves are checked

@@ -1,4 +1,4 @@
-"""Progress bars and loops feed the live view with no change to the cell (jupyter_hvd/engine/progress.py).
+"""Progress bars and loops feed the live view with no change to the cell (jupyter_hvd/engine/cell/progress.py).
 
 Real tqdm with the engines' hooks installed, in this process; what the hooks would send to the kernel is caught
 where it leaves (outbox.send_metrics). The same on a real pool: tests/test_live_view.py.

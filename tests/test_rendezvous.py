@@ -1,4 +1,4 @@
-"""The multi-host rendezvous' two ends on loopback (kernel/rendezvous.py serves, engine/distributed/rendezvous.py
+"""The multi-host rendezvous' two ends on loopback (kernel/launch/rendezvous.py serves, engine/distributed/rendezvous.py
 asks): it answers as torch's own stores do, only to the key made for the ranks, and it outlives the Python reference
 torch drops. tests/test_multihost.py runs it in a real two-host pool and attacks it from the other host."""
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from jupyter_hvd.kernel.rendezvous import Rendezvous
+from jupyter_hvd.kernel.launch.rendezvous import Rendezvous
 
 dist = pytest.importorskip("torch.distributed")
 SHORT = datetime.timedelta(seconds=0.3)

@@ -121,7 +121,7 @@ def test_the_cell_channel_is_private_and_drops_what_the_pool_key_did_not_sign(ip
 
 
 def test_np_is_bounded_by_the_slots_known():
-    from jupyter_hvd.kernel.options import CPU_RANKS_PER_CORE, HvdPool
+    from jupyter_hvd.kernel.launch.options import CPU_RANKS_PER_CORE, HvdPool
 
     limit = (os.cpu_count() or 1) * CPU_RANKS_PER_CORE
     with pytest.raises(ValueError, match=rf"-np 10000 asks for more ranks than this host runs: .* = {limit} ranks"):
@@ -160,7 +160,7 @@ def test_a_huge_error_message_is_cut(ip, pool):
 
 
 def test_a_big_timeline_is_not_read_into_the_kernel(ip, pool, tmp_path, capsys, monkeypatch):
-    from jupyter_hvd.kernel import timeline
+    from jupyter_hvd.kernel.diagnose import timeline
 
     monkeypatch.setattr(timeline, "READ_MAX_BYTES", 100)
     monkeypatch.setattr(timeline, "load_trace", lambda text: pytest.fail("the trace was read"))

@@ -277,7 +277,7 @@ async def test_pool_of_a_killed_kernel_is_stale_then_cleaned_up(jp_fetch, jp_ser
         kpid = km.provisioner.process.pid
         km.autorestart = False  # a restarted kernel would be alive again under the same id
         procs = psutil.Process(kpid).children(recursive=True)
-        reapers = [p for p in procs if "jupyter_hvd.kernel.reaper" in " ".join(p.cmdline())]
+        reapers = [p for p in procs if "jupyter_hvd.processes.reaper" in " ".join(p.cmdline())]
         assert reapers, "the pool should have a reaper"
         for p in reapers:  # the reaper first, or it would clean up by itself
             p.kill()

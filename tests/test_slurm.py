@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import needs
 
-from jupyter_hvd.kernel import slurm
-from jupyter_hvd.kernel.hosts import Host
-from jupyter_hvd.kernel.options import HvdPool
+from jupyter_hvd.kernel.launch import slurm
+from jupyter_hvd.kernel.launch.hosts import Host
+from jupyter_hvd.kernel.launch.options import HvdPool
 
 
 @pytest.mark.parametrize(
@@ -174,7 +174,7 @@ import json, sys
 from IPython.testing.globalipapp import start_ipython
 ip = start_ipython()
 ip.run_line_magic("load_ext", "jupyter_hvd")
-from jupyter_hvd.kernel import pool as pools
+from jupyter_hvd.kernel.launch import pool as pools
 ip.run_line_magic("hvd_start", sys.argv[1])
 p = pools.current()
 launcher = p.launcher.engine_set()
@@ -348,7 +348,7 @@ import json, os, signal, sys
 from IPython.testing.globalipapp import start_ipython
 ip = start_ipython()
 ip.run_line_magic("load_ext", "jupyter_hvd")
-from jupyter_hvd.kernel import pool as pools
+from jupyter_hvd.kernel.launch import pool as pools
 ip.run_line_magic("hvd_start", sys.argv[1])
 p = pools.current()
 print("@@ " + json.dumps({"job": p.launcher.slurm_job(), "file": str(p.file.path)}), flush=True)

@@ -1,10 +1,10 @@
-"""The kernel's book of snapshots (kernel/snapshots.py): which generation is whole, which a restore takes, what is
+"""The kernel's book of snapshots (kernel/keep/snapshots.py): which generation is whole, which a restore takes, what is
 deleted, what a failed write leaves, and which snapshot a number or a tag names. Pure logic: the ranks' reports are
 made here."""
 
 from __future__ import annotations
 
-from jupyter_hvd.kernel.snapshots import Snapshots
+from jupyter_hvd.kernel.keep.snapshots import Snapshots
 from jupyter_hvd.wire import CommitFailed, Committed, GenId
 
 

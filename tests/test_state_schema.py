@@ -1,7 +1,7 @@
 """The pool file's schema is defined once and the other places are held to it.
 
 jupyter_hvd/state/schema.py defines the pool file as dataclasses (PoolRecord, RankRecord, Straggler, Nonfinite); the
-kernel writes exactly those (kernel/pool_file.py); the server (jupyter_hvd/server/registry.py `describe`) turns a
+kernel writes exactly those (kernel/launch/pool_file.py); the server (jupyter_hvd/server/registry.py `describe`) turns a
 file into what the sidebar gets; the sidebar's TypeScript model (labextension/src/model.ts `IPool`, `IRank`,
 `IStraggler`, `INonfinite`) types what it gets. Each test fails with the names that differ and where to add them.
 """

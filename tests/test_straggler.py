@@ -1,6 +1,6 @@
 """The straggler named: a rank that computes much longer per step than the others, for 10 s.
 
-Unit tests of the detector (kernel/straggler.py), then 2 real CPU ranks: rank 1 sleeps 30 ms in each step of a
+Unit tests of the detector (kernel/cell/straggler.py), then 2 real CPU ranks: rank 1 sleeps 30 ms in each step of a
 DistributedOptimizer loop and is named in the pool file and under the cell; an even run names nobody.
 """
 
@@ -10,7 +10,7 @@ import json
 import re
 import time
 
-from jupyter_hvd.kernel.straggler import HOLD_S, StragglerDetector
+from jupyter_hvd.kernel.cell.straggler import HOLD_S, StragglerDetector
 
 
 def _feed(d: StragglerDetector, t: float, paces: dict[int, tuple[float, float]]) -> bool:

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from jupyter_hvd.kernel.timeline import format_summary, load_trace, summarize
+from jupyter_hvd.kernel.diagnose.timeline import format_summary, load_trace, summarize
 
 # A plain pool: `%%hvd --timeline` switches Horovod's timeline on for its cell only. The last tests start a pool with
 # fixed tuning, which cannot restart Horovod, and so refuses unless started with --timeline.
@@ -165,7 +165,7 @@ def test_fixed_tuning_pool_refuses_and_says_what_to_type(ip, pool, capsys):
 
 
 def test_tuning_flags_reach_the_engines_and_keep_horovod_awake(ip, pool, capsys):
-    from jupyter_hvd.kernel import pool as pools
+    from jupyter_hvd.kernel.launch import pool as pools
 
     pool = pools.current()  # the fixed-tuning pool of the test before
     import time
@@ -201,7 +201,7 @@ def test_timeline_flag_is_not_needed_on_a_plain_pool(ip, pool, capsys):
     ip.run_line_magic("hvd_start", "-np 2 --env JUPYTER_HVD_TEST=yes --timeline")
     assert "--timeline is not needed" in capsys.readouterr().out
     ip.run_cell_magic("hvd", "", "import os\nenv = os.environ.get('HOROVOD_TIMELINE')")
-    from jupyter_hvd.kernel import pool as pools
+    from jupyter_hvd.kernel.launch import pool as pools
 
     p = pools.current()
     assert p.client[p.ranks[0].engine_id].pull("env", block=True) is None

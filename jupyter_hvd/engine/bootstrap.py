@@ -25,17 +25,17 @@ def start(
     `device` is "auto" (GPU `local_rank` when CUDA is present, else CPU) or "cpu".
     `channel_info` says where the kernel's cell channel listens, and its key (kernel/channel.py).
     `torch_distributed`: a torch.distributed process group too (always where Horovod is missing), with rendezvous
-    `torch_store` (engine/prelude.py).
+    `torch_store` (jupyter_hvd/prelude.py).
     Returns this rank's row of the pool table.
     """
     os.environ.update(env)
     from .. import compat
+    from ..prelude import prelude
     from . import collectives
     from .cell import pace, progress
     from .diagnose import debugger
     from .distributed import hooks
     from .horovod import guards, rest
-    from .prelude import prelude
 
     try:
         import horovod.torch  # noqa: F401
@@ -44,7 +44,15 @@ def start(
     except ImportError:
         has_horovod = False
     # What an exported script runs too (%hvd_export).
-    names = prelude(device, torch_distributed or not has_horovod, torch_store)
+    store: Any = torch_store
+    if torch_store and torch_store.get("endpoint"):  # between hosts: the store the kernel serves this start's ranks
+
+        def store(timeout: Any) -> Any:
+            from .distributed.rendezvous import PoolStore
+
+            return PoolStore(torch_store, timeout)
+
+    names = prelude(device, torch_distributed or not has_horovod, store)
     hvd, torch, dev, dist = names["hvd"], names["torch"], names["device"], names["dist"]
     if hvd is not None:
         _first_collectives(hvd, torch, dev)

@@ -1,7 +1,7 @@
 """What this rank does in collectives (Horovod's, and torch.distributed's: engine/distributed/hooks.py): how many a cell
 started, which one a thread waits in, and which threads use them at all.
 
-The kernel needs this to end a cell whose collectives do not match (kernel/cell.py): a rank that finished its
+The kernel needs this to end a cell whose collectives do not match (kernel/cell/run.py): a rank that finished its
 cell after 8 allreduces while another waits in its 9th, or two ranks that wait on different tensor names. Horovod's
 stall inspector notices only after HOROVOD_STALL_CHECK_TIME_SECONDS, and only warns. The idle rest
 (engine/horovod/rest.py) asks `busy()` before it stops Horovod under a user's thread.

@@ -45,7 +45,7 @@ class CellFailed(PoolError):
         self.lost = lost
 
 
-# The engines run cell number N (kernel/cell.py's CellRun.number) as the file `<hvd-cell-N>`; the user knows it by
+# The engines run cell number N (kernel/cell/run.py's CellRun.number) as the file `<hvd-cell-N>`; the user knows it by
 # its prompt, In[count]. Kept for every cell of the kernel's life: a function defined in an earlier cell raises too.
 _prompts: dict[int, int | None] = {}
 _CELL_FRAME = re.compile(

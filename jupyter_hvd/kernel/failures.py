@@ -1,7 +1,7 @@
 """What can go wrong while a cell runs, as types: each kind is detected here from what the ranks reported, and
 knows the ranks it names, what to do next, and whether only a restart of the pool mends it.
 
-The cell's wait (kernel/cell.py) feeds the detectors and acts on what they find: it winds the cell down, or raises
+The cell's wait (kernel/cell/run.py) feeds the detectors and acts on what they find: it winds the cell down, or raises
 `PoolLost` for a failure that needs a restart, which kernel/lifecycle.py carries out. A rank's own exception is not
 here: the rank reports it, and errors.py groups it for the notebook.
 """

@@ -1,6 +1,6 @@
 """One owner of a pool's life: it starts, restarts (when a cell lost the pool, or when asked), starts a stopped pool
 again, and stops, and carries out the sidebar's Restart and Stop. The magics, a cell that lost its pool and the
-pool's watcher all come here; the pool (kernel/pool.py) knows how to start and end processes, restart.py what
+pool's watcher all come here; the pool (kernel/launch/pool.py) knows how to start and end processes, restart.py what
 comes back after a restart, cell.py how a cell runs.
 
 Runs in the user's kernel, on its main thread (the watcher hands the sidebar's actions to the main loop).
@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import wire
-from . import restart as coming_back
-from .cell import CellOptions, CellRun, next_number, say_snapshot_news
+from .cell.run import CellOptions, CellRun, next_number, say_snapshot_news
 from .channel import ChannelError
 from .errors import CellFailed
-from .keep import Cell, Keeper
-from .options import HvdPool
-from .pool import Pool, current, set_current
+from .keep import bring_back as coming_back
+from .keep.journal import Cell, Keeper
+from .launch.options import HvdPool
+from .launch.pool import Pool, current, set_current
 from .watcher import PoolWatcher
 
 log = logging.getLogger("jupyter_hvd")
@@ -88,7 +88,7 @@ def _link_or_copy(source: str, target: str) -> None:
 
 
 def run_cell(pool: Pool, source: str, options: CellOptions) -> Any:
-    """Run a `%%hvd` cell on every rank (kernel/cell.py). A pool the cell lost is restarted, and the cell's error
+    """Run a `%%hvd` cell on every rank (kernel/cell/run.py). A pool the cell lost is restarted, and the cell's error
     says what came back; a sidebar Restart or Stop asked for while the cell ran is carried out after it."""
     run = CellRun(pool, source, options)
     try:

@@ -15,17 +15,19 @@ from traitlets import TraitError
 
 from .. import wire
 from ..widgets import view_for_cell
-from . import debugger as hvd_debugger
-from . import export, lifecycle, restart, slurm
-from . import pool as pools
-from . import profile as hvd_profile
-from . import timeline as hvd_timeline
+from . import lifecycle
 from . import transfer as hvd_transfer
-from . import where as hvd_where
-from .cell import CellOptions, next_number
+from .cell.run import CellOptions, next_number
+from .diagnose import debugger as hvd_debugger
+from .diagnose import profile as hvd_profile
+from .diagnose import timeline as hvd_timeline
+from .diagnose import where as hvd_where
 from .errors import PoolError, syntax_error_lines
 from .failures import PoolLost
-from .options import options_from, setting, start_arguments
+from .keep import bring_back, export
+from .launch import pool as pools
+from .launch import slurm
+from .launch.options import options_from, setting, start_arguments
 from .ranks import parse_ranks
 from .words import size_text
 
@@ -251,7 +253,7 @@ class HvdMagics(Magics):
         except hvd_transfer.TransferError as exc:
             raise UsageError(str(exc)) from None
         try:
-            restart.journal_push(pool, payload, _prompt(self.shell), _cell_id(self.shell))
+            bring_back.journal_push(pool, payload, _prompt(self.shell), _cell_id(self.shell))
         except OSError as exc:
             print(
                 f"jupyter-hvd: pushed, but {', '.join(names)} could not be kept for a replay after a restart "
@@ -367,10 +369,10 @@ class HvdMagics(Magics):
                 unknown = keeper.forget(args.names)
                 if unknown:
                     print(f"Not kept: {', '.join(unknown)}.")
-                restart.configure(pool)
+                bring_back.configure(pool)
             elif args.names:
                 keeper.keep(args.names)
-                restart.configure(pool)
+                bring_back.configure(pool)
                 gen = (next_number(), 0)
                 # A snapshot now, behind whatever the ranks were asked before.
                 pool.channel.send_all(wire.Commit(_prompt(self.shell), gen))  # type: ignore[union-attr]
@@ -452,7 +454,7 @@ class HvdMagics(Magics):
         if generation is None:
             raise UsageError("There is no snapshot yet: one is taken at the end of the next successful %%hvd cell.")
         try:
-            said = restart.rewind(pool, generation)
+            said = bring_back.rewind(pool, generation)
         except PoolLost as lost:
             raise PoolError(f"The rewind lost the pool. {lifecycle.after_loss(pool, lost.failure.message)}") from None
         print(f"Rewound to snapshot #{generation.number}: {said}.")

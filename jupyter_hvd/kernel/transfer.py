@@ -21,7 +21,7 @@ import ipyparallel as ipp
 import psutil
 
 from .. import wire
-from .pool import Pool
+from .launch.pool import Pool
 from .ranks import format_ranks
 from .words import size_text
 

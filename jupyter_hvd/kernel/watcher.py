@@ -5,7 +5,7 @@ state file, and takes an action file left by the Jupyter server (interrupt, rest
 runs, interrupt, restart and stop are left for it: it takes them on the kernel's main thread within a tick,
 interrupts its ranks on the cell channel and winds down, and a restart or stop is carried out after it. Between
 cells restart and stop run on the kernel's main loop. Where is left for the running cell to answer, under it;
-between cells the watcher answers it (kernel/where.py).
+between cells the watcher answers it (kernel/diagnose/where.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import psutil
 
 from .. import state
-from . import where
+from .diagnose import where
 
 log = logging.getLogger("jupyter_hvd")
 PERIOD_S = 1.0
@@ -64,7 +64,7 @@ def gpu_memory_by_pid() -> dict[int, dict[str, float]]:
 
 
 class Watched(where.Pool, Protocol):
-    """What the watcher uses of a pool (kernel/pool.py)."""
+    """What the watcher uses of a pool (kernel/launch/pool.py)."""
 
     id: str
     pending_action: str | None

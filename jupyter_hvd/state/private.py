@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 LEGACY_DIR_ENV = "JUPYTER_HVD_STATE_DIR"  # read for one more release, with a warning
-POOL_ID = re.compile(r"^hvd-\d{1,10}-\d{1,10}$")  # what pool ids look like (kernel/pool.py makes them)
+POOL_ID = re.compile(r"^hvd-\d{1,10}-\d{1,10}$")  # what pool ids look like (kernel/launch/pool.py makes them)
 POOL_FILE = re.compile(r"^pool-(hvd-\d{1,10}-\d{1,10})\.json$")
 MAX_FILE_BYTES = 8 * 2**20  # a pool file is a few KB: anything bigger is not one
 

@@ -104,7 +104,7 @@ class Curves:
         self._position: tuple[str, float] | None = None  # the last (kind, x) a printed line said, for lines without
         self.changed = False
         self.nonfinite: str | None = None  # where a metric first became NaN or Inf (the cell runner says; a gap)
-        self.straggler: str | None = None  # the rank that sets the pace, named by the cell runner (kernel/straggler.py)
+        self.straggler: str | None = None  # the rank that sets the pace (kernel/cell/straggler.py)
 
     # ---- intake --------------------------------------------------------------------------------------------
 

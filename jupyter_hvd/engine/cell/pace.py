@@ -3,8 +3,8 @@
 In data-parallel training the slowest rank sets the pace: the others wait for it in every gradient allreduce. A step
 is the interval between two successive waits for gradient synchronisation (a DistributedOptimizer's synchronize(),
 which step() calls) or two successive blocking collectives (hvd.allreduce(...), any hvd.synchronize(handle)) of the
-cell's thread; compute is the time between waits, wait the time inside one. Means over about `SEND_EVERY_S` go to
-the kernel with the report() records (engine/cell/report.py), where kernel/straggler.py names a rank that computes much
+cell's thread; compute is the time between waits, wait the time inside one. Means over about `SEND_EVERY_S` go to the
+kernel with the report() records (engine/cell/report.py), where kernel/cell/straggler.py names a rank that computes much
 longer per step than the others, with the steps counted so far in the cell: every rank's step in the sidebar, also
 on ranks that print nothing.
 

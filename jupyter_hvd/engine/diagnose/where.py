@@ -3,7 +3,7 @@ thread's stack from the cell down, and the collective it waits in.
 
 Read by the channel's reading thread with `sys._current_frames()` while the cell runs on: nothing is signalled or
 stopped, so taking the picture never disturbs the rank. A rank whose main thread holds the GIL in native code cannot
-answer; the kernel then reads its stack from outside (kernel/where.py, py-spy).
+answer; the kernel then reads its stack from outside (kernel/diagnose/where.py, py-spy).
 
 Imported on the engines only.
 """

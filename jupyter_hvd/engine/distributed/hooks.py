@@ -1,5 +1,5 @@
 """torch.distributed on the pool: what the kernel needs to watch the process group that every rank has beside
-Horovod, or instead of it where Horovod is not installed (engine/prelude.py starts it: NCCL on GPU ranks, Gloo on
+Horovod, or instead of it where Horovod is not installed (jupyter_hvd/prelude.py starts it: NCCL on GPU ranks, Gloo on
 CPU ranks, Horovod's rank numbering; its rendezvous is a FileStore in the pool's private directory on one host, where
 Gloo and NCCL also keep to loopback, and a TCPStore that rank 0 serves on the pool's address between hosts).
 

@@ -1,11 +1,11 @@
 """The ranks' end of a multi-host pool's torch.distributed rendezvous: a torch.distributed Store whose keys live in
-the kernel (kernel/rendezvous.py says why it is not a TCPStore), reached over ZeroMQ with CURVE and the keys this
+the kernel (kernel/launch/rendezvous.py says why it is not a TCPStore), reached over ZeroMQ with CURVE and the keys this
 start of the pool's engines got through ipyparallel's bootstrap.
 
 A request is the frames [number, op, *args] and its answer [number, status, *values]. A key that is not there yet
 is asked for again, a little later each time (up to POLL_MAX_S), until the store's timeout.
 
-Imported on the engines only (engine/prelude.py, for a pool's process group).
+Imported on the engines only (jupyter_hvd/prelude.py, for a pool's process group).
 """
 
 from __future__ import annotations

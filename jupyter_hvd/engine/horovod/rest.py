@@ -144,7 +144,7 @@ def _timeline_busy() -> str:
 # ---- the rest during a cell: each rank's own watch ------------------------------------------------------------
 
 ROUND_S = 0.5  # how often the ranks decide together whether Horovod may rest
-REST_AFTER_CPU_S, REST_AFTER_GPU_S = 2.0, 30.0  # the kernel's defaults for --rest-after (kernel/pool.py)
+REST_AFTER_CPU_S, REST_AFTER_GPU_S = 2.0, 30.0  # the kernel's defaults for --rest-after (kernel/launch/pool.py)
 
 
 def rest_after(gpu: bool) -> float:

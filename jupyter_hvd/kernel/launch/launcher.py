@@ -1,9 +1,9 @@
 """How ranks are launched and ended: an ipyparallel controller, N engines under mpiexec (or a SLURM job), a reaper
 that outlives the kernel, and every process of a pool found again, checked and killed.
 
-Runs in the user's kernel. Knows processes, not Horovod: the pool (kernel/pool.py) initialises Horovod on what this
-starts. What differs between one host, several hosts and a SLURM job is the placement's (kernel/placement.py), picked
-once from the options; this module holds what all of them share.
+Runs in the user's kernel. Knows processes, not Horovod: the pool (kernel/launch/pool.py) initialises Horovod on what
+this starts. What differs between one host, several hosts and a SLURM job is the placement's
+(kernel/launch/placement.py), picked once from the options; this module holds what all of them share.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any
 import ipyparallel as ipp
 import psutil
 
-from .. import state
+from ... import state
+from ..errors import PoolError
+from ..ranks import Rank, format_ranks
 from . import placement
-from .errors import PoolError
 from .options import HvdPool, setting
-from .ranks import Rank, format_ranks
 
 log = logging.getLogger("jupyter_hvd")
 
@@ -103,7 +103,7 @@ class Launcher:
     def spawn_reaper(self) -> None:
         """A watchdog process that kills this pool's processes if the kernel dies without stopping it."""
         self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_hvd.kernel.reaper", str(self.state_file)],
+            [sys.executable, "-m", "jupyter_hvd.processes.reaper", str(self.state_file)],
             stdin=subprocess.PIPE,
             start_new_session=True,  # a Ctrl-C in the kernel must not reach it
         )
@@ -153,10 +153,10 @@ class Launcher:
         where, args, kwargs = ip, self._controller_args(), {}
         if not self.encrypted():
             # One host: ipc sockets in the pool's private directory (0700), where no other user can send it junk
-            # (kernel/controller.py says what loopback TCP let through).
+            # (processes/controller.py says what loopback TCP let through).
             where = str(state.pool_directory(self.pool_id) / "ipp")
             args.append("--IPController.transport=ipc")
-            kwargs["controller_cmd"] = [sys.executable, "-m", "jupyter_hvd.kernel.controller"]
+            kwargs["controller_cmd"] = [sys.executable, "-m", "jupyter_hvd.processes.controller"]
         self.cluster = ipp.Cluster(
             n=self.options.np,
             cluster_id=self.pool_id,

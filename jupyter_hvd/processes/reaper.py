@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from jupyter_hvd import state
+from .. import state
 
 
 def reap(path: Path) -> int:

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from .. import state, wire
-from .channel import CellChannel, ChannelError
-from .hosts import is_this_host
-from .pool_file import PoolFile
-from .ranks import Rank, format_ranks
+from ... import state, wire
+from ..channel import CellChannel, ChannelError
+from ..launch.hosts import is_this_host
+from ..launch.pool_file import PoolFile
+from ..ranks import Rank, format_ranks
 
 ANSWER_S = 1.0  # how long ranks have to answer before py-spy reads them from outside
 PYSPY_S = 5.0  # for every rank py-spy reads, together
@@ -39,7 +39,7 @@ _PYSPY_FRAME = re.compile(r"^\s+(\S.*?) \((.*?)(?::(\d+))?\)\s*$")
 
 
 class Pool(Protocol):
-    """What "where" uses of a pool (kernel/pool.py)."""
+    """What "where" uses of a pool (kernel/launch/pool.py)."""
 
     channel: CellChannel | None
     ranks: list[Rank]

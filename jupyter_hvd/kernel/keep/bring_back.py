@@ -15,11 +15,12 @@ from __future__ import annotations
 import secrets
 import sys
 
-from .. import wire
-from . import restore, transfer
-from .failures import PoolLost
-from .keep import Cell, Push
-from .pool import Pool
+from ... import wire
+from .. import transfer
+from ..failures import PoolLost
+from ..launch.pool import Pool
+from . import restore
+from .journal import Cell, Push
 from .snapshots import Generation
 
 ATTEMPTS = 3  # times the engines may be lost while coming back before the pool gives up

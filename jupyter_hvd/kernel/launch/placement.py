@@ -1,13 +1,13 @@
 """Where a pool's ranks run, one strategy each: this host only (`OneHost`), hosts given with -H or --hostfile
 (`Hosts`), or a SLURM job of the pool's own (`Slurm`, --slurm).
 
-Runs in the user's kernel. The launcher (kernel/launcher.py) picks one from the options once (`choose`) and asks it
-all that differs between them: the controller's address, heartbeat and encryption; the engines' launch (ipyparallel's
+Runs in the user's kernel. The launcher (kernel/launch/launcher.py) picks one from the options once (`choose`) and asks
+it all that differs between them: the controller's address, heartbeat and encryption; the engines' launch (ipyparallel's
 engine-set launcher, mpiexec's arguments, the engines' environment and arguments); what to wait for after the
 launch; which ranks this host sees (signalled, checked and killed by pid) and which only the controller sees; what
 mpiexec leaves behind; what to say when the engines do not come up. As ipyparallel's engine-set launchers (MPI, SSH,
 SLURM) are classes picked by name rather than flags tested all over the code. The hosts' and SLURM's own details stay
-in kernel/hosts.py and kernel/slurm.py.
+in kernel/launch/hosts.py and kernel/launch/slurm.py.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 
 import psutil
 
+from ..channel import IPC_PATH_MAX
+from ..ranks import Rank
 from . import hosts, slurm
-from .channel import IPC_PATH_MAX
 from .options import HvdPool, setting
-from .ranks import Rank
 
 CONNECTION_FILE_ENV = "JUPYTER_HVD_CONNECTION_FILE"  # where local engines find the controller (engine/main.py)
 CONNECTION_WAIT_ENV = "JUPYTER_HVD_CONNECTION_WAIT_S"  # and how long they wait for it (the pool's --timeout)

@@ -1,8 +1,8 @@
 """The engine pool's life: started (processes launched, Horovod initialised on every engine, the cell channel
 connected), idle or running a cell, resting, restarted, stopped. One pool per kernel: `current()`.
 
-Runs in the user's kernel. Processes are the launcher's (kernel/launcher.py), the pool file the writer's
-(kernel/pool_file.py), cells the cell runner's (kernel/cell.py).
+Runs in the user's kernel. Processes are the launcher's (kernel/launch/launcher.py), the pool file the writer's
+(kernel/launch/pool_file.py), cells the cell runner's (kernel/cell/run.py).
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 import ipyparallel as ipp
 
-from .. import state, wire
-from .channel import CellChannel, ChannelError
-from .errors import PoolError, group_errors
+from ... import state, wire
+from ..channel import CellChannel, ChannelError
+from ..errors import PoolError, group_errors
+from ..ranks import Rank, format_ranks, rank_table
 from .launcher import Launcher, visible_gpus
 from .options import HvdPool
 from .pool_file import PoolFile
-from .ranks import Rank, format_ranks, rank_table
 from .rendezvous import Rendezvous
 
 if TYPE_CHECKING:  # the owner (kernel/lifecycle.py) gives the pool these; the record only holds them
-    from .keep import Keeper
-    from .watcher import PoolWatcher
+    from ..keep.journal import Keeper
+    from ..watcher import PoolWatcher
 
 log = logging.getLogger("jupyter_hvd")
 
@@ -82,7 +82,7 @@ class Pool:
         self.resting = False  # Horovod is stopped on every rank until the next cell (engine/horovod/rest.py)
         self.watcher: PoolWatcher | None = None
         self.stopped = False  # stop() ran: %hvd_restart starts a new pool with these options
-        self.keeper = keeper  # setup journal, kept names, snapshots, cells run (kernel/keep.py)
+        self.keeper = keeper  # setup journal, kept names, snapshots, cells run (kernel/keep/journal.py)
         self.keeper.snapshots.kept = options.snapshots_kept
         self.keeper.snapshots.tags_kept = options.tags_kept
         self.engines_started = 0  # sets of engines started so far (a restart while bringing back makes one more)
@@ -94,7 +94,7 @@ class Pool:
         self.announcements: list[str] = []  # what happened between cells (a sidebar action): said under the next cell
         self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
-    # ---- what the pool file shows (kernel/pool_file.py reads these) ----------------------------------------
+    # ---- what the pool file shows (kernel/launch/pool_file.py reads these) ----------------------------------------
 
     @property
     def options_dict(self) -> dict[str, Any]:
@@ -273,7 +273,8 @@ class Pool:
     def _store(self) -> dict[str, Any]:
         """The rendezvous of a torch.distributed process group (used where one is asked for, or Horovod is missing):
         a FileStore in the pool's private directory on one host, where the ranks keep Gloo and NCCL on loopback; between
-        hosts a store this kernel serves to this start's ranks only (kernel/rendezvous.py says why not a TCPStore)."""
+        hosts a store this kernel serves to this start's ranks only (kernel/launch/rendezvous.py says why not a
+        TCPStore)."""
         if not self.options.multi_host():
             return {"file": str(self.directory / f"torch-store-{self.engines_started}")}
         if self._rendezvous is not None:  # a new start: the last one's ranks are gone, and their keys go with it
@@ -297,7 +298,7 @@ class Pool:
 
     def replace_engines(self, planned: bool = False) -> None:
         """Replace every engine with a fresh one (same options), Horovod initialised again. What comes back is
-        kernel/restart.py's job, the restart as a whole kernel/lifecycle.py's.
+        kernel/keep/bring_back.py's job, the restart as a whole kernel/lifecycle.py's.
 
         `planned` (asked for, not a lost pool): the engines first finish what they were asked, so a snapshot being
         written is not lost. A restart that fails stops the whole pool (half a pool would fail every later cell in

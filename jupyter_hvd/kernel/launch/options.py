@@ -19,8 +19,8 @@ from IPython.core.magic_arguments import argument
 from traitlets import Bool, Dict, Enum, Float, Int, TraitType, Unicode
 from traitlets.config import Config, Configurable
 
-from .. import wire
-from ..widgets import VIEW_MODES
+from ... import wire
+from ...widgets import VIEW_MODES
 from . import hosts, slurm
 from .hosts import Host
 

@@ -2,8 +2,8 @@
 the notebook's input box, as with IPython's `%debug`.
 
 `%hvd_debug [--rank R]` opens a post-mortem in the frame where that rank's last failed cell raised; a running cell's
-`breakpoint()` on a rank is answered while the cell runs (kernel/cell.py hands its prompts here). The rank side is
-jupyter_hvd/engine/debugger.py. Runs in the user's kernel.
+`breakpoint()` on a rank is answered while the cell runs (kernel/cell/run.py hands its prompts here). The rank side is
+jupyter_hvd/engine/diagnose/debugger.py. Runs in the user's kernel.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from typing import Any, Protocol
 
 from IPython.core.error import UsageError
 
-from .. import wire
-from .channel import CellChannel, ChannelError
+from ... import wire
+from ..channel import CellChannel, ChannelError
 
 TICK_S = 0.25
 LEAVE_S = 5.0  # after the stop button, how long a rank's pdb may take to quit
 
 
 class Pool(Protocol):
-    """What the debugger uses of a pool (kernel/pool.py)."""
+    """What the debugger uses of a pool (kernel/launch/pool.py)."""
 
     channel: CellChannel | None
 

@@ -1,8 +1,8 @@
 """`%%hvd --profile`: record one cell with torch.profiler on every rank and show, under the cell, where each rank's
 time went (compute, waiting in collectives, collectives running), its busiest operations, and its trace file.
 
-The torch.distributed counterpart of `%%hvd --timeline` (Horovod's timeline, kernel/timeline.py); it works on any
-pool. Runs in the user's kernel; the engines record (jupyter_hvd/engine/profile.py).
+The torch.distributed counterpart of `%%hvd --timeline` (Horovod's timeline, kernel/diagnose/timeline.py); it works on
+any pool. Runs in the user's kernel; the engines record (jupyter_hvd/engine/diagnose/profile.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from .. import wire
-from .pool import Pool
+from ... import wire
+from ..launch.pool import Pool
 
 PROFILE_DIR = "hvd_profiles"  # beside the notebook (the kernel's working directory)
 

@@ -23,16 +23,17 @@ from typing import Any
 
 from IPython.display import display
 
-from .. import wire
-from ..digest import Digest
-from ..widgets import CellView, plain_view
-from . import debugger, failures, where
-from .channel import ChannelError
-from .errors import CellFailed, group_errors, name_cell
-from .failures import Done, Failure, PoolLost, Wait
+from ... import wire
+from ...digest import Digest
+from ...widgets import CellView, plain_view
+from .. import failures
+from ..channel import ChannelError
+from ..diagnose import debugger, where
+from ..errors import CellFailed, group_errors, name_cell
+from ..failures import Done, Failure, PoolLost, Wait
+from ..launch.pool import Pool
+from ..ranks import format_ranks
 from .figures import CellFigures
-from .pool import Pool
-from .ranks import format_ranks
 
 GRACE_S = 1.0  # after a first error, how long other ranks may take to end (or raise the same error) by themselves
 TICK_S = 0.25  # liveness checks while waiting: engine processes, mpiexec
@@ -91,7 +92,7 @@ class CellRun:
         self.reason: str | None = None  # error | interrupt
         self.hard_deadline: float | None = None
         self.digest = Digest()  # each line of output read once, for the view and the figures
-        self.figures = CellFigures(pool, self.view)  # step, loss, last line, NaN, straggler (kernel/figures.py)
+        self.figures = CellFigures(pool, self.view)  # step, loss, last line, NaN, straggler (kernel/cell/figures.py)
         self._next_liveness_check = time.monotonic() + TICK_S
         self._stderr_tail = ""  # recent stderr of the shown ranks, where Horovod's stall report lands
         self.unclean_join: Failure | None = None  # a rank's join left Horovod unfit for the next cell
@@ -309,7 +310,7 @@ class CellRun:
         self.pool.update_rank_stats({ev.rank: {"state": "debugger"}} if ev.active else {})
 
     def _say_where(self, why: str, full: bool) -> None:
-        """Where every rank is now, under the cell and in the pool file (kernel/where.py); events that arrive
+        """Where every rank is now, under the cell and in the pool file (kernel/diagnose/where.py); events that arrive
         meanwhile are handled. Skipped on a second press of the stop button: the wind-down must not wait for it."""
         ended = {r.rank: _ENDED.get(r.state, r.state) for r in self.runs.values() if r.state != "running"}
         try:

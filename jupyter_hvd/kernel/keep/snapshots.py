@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..wire import CommitFailed, Committed, GenId, Prune
-from .ranks import format_ranks
-from .words import age_text, size_text
+from ...wire import CommitFailed, Committed, GenId, Prune
+from ..ranks import format_ranks
+from ..words import age_text, size_text
 
 
 @dataclass

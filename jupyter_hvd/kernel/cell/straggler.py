@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .. import state
+from ... import state
 
 RATIO = 1.3  # compute per step, against the median of the other ranks
 HOLD_S = 10.0  # how long a rank must stay that slow to be named (and the others even, to clear it)

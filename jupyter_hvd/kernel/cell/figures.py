@@ -1,7 +1,7 @@
 """What a running cell's ranks say about their training, for the sidebar, under the cell and in the view: each
 rank's step, loss and last line, the first NaN or Inf, and the straggler.
 
-The cell runner (kernel/cell.py) hands over the lines it digested (jupyter_hvd/digest.py) and the `report()`
+The cell runner (kernel/cell/run.py) hands over the lines it digested (jupyter_hvd/digest.py) and the `report()`
 records as they arrive; this writes them into the pool file (at most 4 times a second) and says what the user
 must see once.
 """
@@ -13,10 +13,10 @@ import sys
 import time
 from typing import Any
 
-from .. import state
-from ..digest import Chunk
-from ..widgets import CellView
-from .pool import Pool
+from ... import state
+from ...digest import Chunk
+from ...widgets import CellView
+from ..launch.pool import Pool
 from .straggler import StragglerDetector
 
 PUBLISH_EVERY_S = 0.25  # the sidebar's figures are written at most 4 times a second
@@ -29,7 +29,7 @@ class CellFigures:
         self.pool = pool
         self.view = view
         self.last_lines: dict[int, str] = {}
-        self.pace = StragglerDetector()  # which rank computes longest per step (kernel/straggler.py)
+        self.pace = StragglerDetector()  # which rank computes longest per step (kernel/cell/straggler.py)
         self._steps_said: set[int] = set()  # ranks whose step comes from report(), a bar or a printed line
         self._published = 0.0  # monotonic
 

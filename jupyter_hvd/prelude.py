@@ -2,8 +2,9 @@
 Horovod initialised (where Horovod is installed), a torch.distributed process group where one was asked for (or where
 Horovod is not installed), the rank pinned to its device, and the names cells use.
 
-`prelude` is self-contained on purpose (only the standard library, torch, Horovod and mpi4py, imported inside it):
-`%hvd_export` copies its source into the script, so a script and the notebook's engines start alike. The same script
+`prelude` is self-contained on purpose (only the standard library, torch, Horovod and mpi4py, imported inside it; no
+room of jupyter-hvd's): `%hvd_export` copies its source into the script (inspect.getsource), so a script and the
+notebook's engines start alike. The same script
 runs under `mpirun -np N` (ranks from MPI) and, for torch.distributed alone, under `torchrun --nproc-per-node N`
 (ranks from torchrun's environment).
 """
@@ -13,16 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 
-def prelude(
-    device: str = "auto", torch_distributed: bool = False, store: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def prelude(device: str = "auto", torch_distributed: bool = False, store: Any = None) -> dict[str, Any]:
     """Initialise MPI and Horovod, and torch.distributed where asked (or where Horovod is missing); pin this rank to
     its device; the names cells use: hvd (None without Horovod), dist (None without a process group), torch, rank,
     size, local_rank, device.
 
     `device`: "auto" (GPU `local_rank` where CUDA is present, else CPU) or "cpu". `store`: the pool's rendezvous for
-    torch.distributed ({"file": path} on one host, {"endpoint", "curve"} between hosts); None in a script (torchrun's
-    environment, or MPI).
+    torch.distributed ({"file": path} on one host; between hosts a callable that makes the store the kernel serves,
+    given the timeout); None in a script (torchrun's environment, or MPI).
     """
     import datetime
     import os
@@ -94,10 +93,8 @@ def prelude(
                         # kernel tells the user when it overrides a setting of theirs).
                         os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = "lo"
                         rendezvous = dist.FileStore(store["file"], size)
-                    elif store.get("endpoint"):  # between hosts: the kernel serves it to this pool only (not scripts)
-                        from .distributed.rendezvous import PoolStore
-
-                        rendezvous = PoolStore(store, timeout)
+                    elif callable(store):  # between hosts: the kernel serves it to this pool only (not scripts)
+                        rendezvous = store(timeout)
                     else:  # a script under mpirun: served by rank 0
                         host, port = store["host"], int(store["port"])
                         rendezvous = dist.TCPStore(host, port, size, is_master=rank == 0, timeout=timeout)

@@ -17,8 +17,8 @@ from typing import Any
 import ipyparallel as ipp
 from IPython.core.error import UsageError
 
-from .. import wire
-from .pool import Pool
+from ... import wire
+from ..launch.pool import Pool
 
 TIMELINE_DIR = "hvd_timelines"  # beside the notebook (the kernel's working directory)
 TOP_TENSORS = 10

@@ -1,18 +1,18 @@
 """What a pool keeps across restarts, in the kernel: the setup journal (`%%hvd --setup` cells and `%hvd_push`es, in
-the order they happened), the kept names (`%hvd_keep`), their snapshots (kernel/snapshots.py), and the successful
+the order they happened), the kept names (`%hvd_keep`), their snapshots (kernel/keep/snapshots.py), and the successful
 cells of the pool's life (for `%hvd_export`).
 
 Runs in the user's kernel; plain records, no I/O. The snapshots themselves are files the ranks write
-(jupyter_hvd/engine/keep.py); what comes back after a restart is kernel/restart.py's; pushed values are in files of
-the pool's private directory (kernel/transfer.py).
+(jupyter_hvd/engine/keep/snapshot.py); what comes back after a restart is kernel/keep/bring_back.py's; pushed values are
+in files of the pool's private directory (kernel/transfer.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..words import age_text, size_text
 from .snapshots import Snapshots
-from .words import age_text, size_text
 
 
 @dataclass

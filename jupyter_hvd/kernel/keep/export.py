@@ -1,7 +1,7 @@
 """`%hvd_export PATH`: the notebook's training as a script for `mpirun -np N python PATH`, and with `--sbatch` a SLURM
 batch script for it.
 
-The script is the engines' prelude (jupyter_hvd/engine/prelude.py, copied in verbatim, so the names cells use mean
+The script is the engines' prelude (jupyter_hvd/prelude.py, copied in verbatim, so the names cells use mean
 the same there), then the setup journal (setup cells, and pushed values loaded from a file beside the script), then
 the pool's other successful `%%hvd` cells in the order they ran. User code is written as it ran; IPython lines
 become their plain Python where there is one (`%time X` runs X, `!cmd` runs cmd in a shell exactly as typed, or
@@ -18,6 +18,7 @@ Runs in the user's kernel.
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import re
 import shlex
@@ -30,13 +31,14 @@ from typing import Any
 
 import cloudpickle
 
-from .. import wire
-from . import slurm, transfer
-from .errors import PoolError
-from .keep import Cell, Keeper, Push
-from .options import HvdPool
+from ... import wire
+from ...prelude import prelude
+from .. import transfer
+from ..errors import PoolError
+from ..launch import slurm
+from ..launch.options import HvdPool
+from .journal import Cell, Keeper, Push
 
-PRELUDE = Path(__file__).resolve().parents[1] / "engine" / "prelude.py"  # read as text: the kernel runs no engine code
 SIDECAR = ".pushed.pkl"  # beside the script: train.py -> train.pushed.pkl
 SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what `export NAME=...` and `NAME=... cmd` take as a name
 
@@ -53,13 +55,7 @@ class Script:
 
 def prelude_source() -> str:
     """The source of the engines' `prelude()` function, verbatim."""
-    return _function_source(PRELUDE, "prelude")
-
-
-def _function_source(path: Path, name: str) -> str:
-    text = path.read_text()
-    function = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
-    return ast.get_source_segment(text, function) or ""
+    return inspect.getsource(prelude)
 
 
 def launch_line(options: HvdPool, script_path: str) -> str:
@@ -122,8 +118,7 @@ def script(
         "",
     ]
     if out.expands:
-        here = Path(__file__)
-        lines += [_function_source(here, "_dollar_fields"), "", "", _function_source(here, "_expand"), "", ""]
+        lines += [inspect.getsource(_dollar_fields), "", inspect.getsource(_expand), ""]
     lines += [
         f"globals().update(prelude({'cpu' if options.cpu else 'auto'!r}, torch_distributed={torch_distributed}))",
         "if rank != 0:  # the notebook showed rank 0's output only",

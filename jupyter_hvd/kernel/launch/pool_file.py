@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, fields
 from typing import Any, Protocol
 
-from .. import state
-from .ranks import Rank
+from ... import state
+from ..ranks import Rank
 
 _RANK_FIELDS = {f.name for f in fields(state.RankRecord)}
 
@@ -22,7 +22,7 @@ CELL_FIGURES = ("step", "loss", "compute_ms", "wait_ms", "last_line")  # state.R
 
 
 class PoolView(Protocol):
-    """What the writer reads of a pool (kernel/pool.py)."""
+    """What the writer reads of a pool (kernel/launch/pool.py)."""
 
     id: str
     started_at: float
@@ -51,7 +51,7 @@ class PoolFile:
         self.kernel_problems: list[str] = []
         self.nonfinite: state.Nonfinite | None = None  # where a metric of the running or last cell became NaN/Inf
         self.straggler: state.Straggler | None = None  # the rank that set the pace of the running or last cell
-        self.where: state.WhereReport | None = None  # where the ranks were when last asked (kernel/where.py)
+        self.where: state.WhereReport | None = None  # where the ranks were when last asked (kernel/diagnose/where.py)
         self.processes: list[dict[str, Any]] = []
         self.slurm_job = ""  # the engines' SLURM job, for the reaper to cancel if the kernel dies
         self._lock = threading.Lock()

@@ -1,6 +1,6 @@
 """The ipyparallel controller of a pool on one host, listening on ipc sockets in the pool's private directory.
 
-Started by the kernel's launcher (kernel/launcher.py) as `python -m jupyter_hvd.kernel.controller` with
+Started by the kernel's launcher (kernel/launch/launcher.py) as `python -m jupyter_hvd.processes.controller` with
 ipyparallel's own arguments. On loopback TCP any local user could send the controller junk: raw bytes count as
 ZeroMQ's old ZMTP 1.0, which has no socket types, so they were passed on to the kernel's client, which then stopped
 taking replies, and the pool was lost (tests/test_attacks.py). ipc sockets in a 0700 directory take no one else.

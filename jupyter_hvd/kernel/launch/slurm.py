@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import state
-from .errors import PoolError
+from ... import state
+from ..errors import PoolError
 from .hosts import Host, forwarded_keys, pool_hosts, total_slots
 
 ENGINE_LAUNCHER = "slurm"  # ipyparallel's SlurmEngineSetLauncher

@@ -17,12 +17,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ..widgets import QuietView
-from .cell import CellOptions, CellRun
-from .errors import CellFailed
-from .failures import PoolLost
-from .pool import Pool
-from .ranks import format_ranks
+from ...widgets import QuietView
+from ..cell.run import CellOptions, CellRun
+from ..errors import CellFailed
+from ..failures import PoolLost
+from ..launch.pool import Pool
+from ..ranks import format_ranks
 from .snapshots import Generation, describe
 
 ENGINE = "__import__('jupyter_hvd.engine.keep.restore', fromlist=['prepare'])"
@@ -44,7 +44,7 @@ def run_quietly(pool: Pool, source: str, count: int | None = None, every_value: 
     try:
         return CellRun(pool, source, options).run(), ""
     except CellFailed as exc:
-        if exc.lost is not None:  # whoever asked restarts the pool (kernel/restart.py, kernel/lifecycle.py)
+        if exc.lost is not None:  # whoever asked restarts the pool (kernel/keep/bring_back.py, kernel/lifecycle.py)
             raise PoolLost(exc.lost) from None
         if exc.interrupted:  # the stop button: what runs quietly for the user stops too
             raise KeyboardInterrupt from None
