@@ -19,6 +19,7 @@ from jupyter_hvd.kernel import failures
 from jupyter_hvd.kernel.cell.run import CellOptions, CellRun
 from jupyter_hvd.kernel.errors import CellFailed
 from jupyter_hvd.kernel.failures import Done, Wait
+from jupyter_hvd.kernel.ranks import Rank
 from jupyter_hvd.widgets import QuietView
 
 # ---- the detectors -----------------------------------------------------------------------------------------------
@@ -29,7 +30,7 @@ def test_uneven_collectives_are_named_once_the_finished_rank_has_waited_long_eno
     finished = [Done(0, at=100.0, collectives=8)]
     assert failures.unmatched([1], waits, finished, now=100.0 + failures.UNEVEN_S - 0.1) is None
     found = failures.unmatched([1], waits, finished, now=100.0 + failures.UNEVEN_S + 0.1)
-    assert found is not None and found.kind == "uneven" and not found.restarts
+    assert isinstance(found, failures.Uneven) and not found.restarts
     assert "the cell finished on rank 0 after 8 collectives, while rank 1 waits in 'u.8' (its collective #9)" in (
         found.message
     )
@@ -40,7 +41,7 @@ def test_ranks_waiting_on_different_tensors_need_a_restart_and_torch_names_get_t
     waits = [Wait(0, "dist.all_reduce", 3, since=10.0), Wait(1, "dist.broadcast", 3, since=10.0)]
     assert failures.unmatched([0, 1], waits, [], now=10.0 + failures.MISMATCH_S - 0.1) is None
     found = failures.unmatched([0, 1], waits, [], now=10.0 + failures.MISMATCH_S + 0.1)
-    assert found is not None and found.kind == "mismatch" and found.restarts
+    assert isinstance(found, failures.Mismatch) and found.restarts
     assert "Join([model])" in found.message and "hvd.join()" not in found.message
 
 
@@ -49,23 +50,53 @@ def test_a_rank_that_is_not_waiting_leaves_the_collectives_alone():
 
 
 def test_a_frozen_rank_gets_the_pools_timeout_unless_the_cell_is_ending():
-    assert failures.frozen({1: 50.0}, {1: 4242}, timeout=30, ending=False, now=60.0) is None
-    found = failures.frozen({1: 50.0}, {1: 4242}, timeout=30, ending=True, now=60.0)
+    assert failures.Frozen.for_long({1: 50.0}, {1: 4242}, timeout=30, ending=False, now=60.0) is None
+    found = failures.Frozen.for_long({1: 50.0}, {1: 4242}, timeout=30, ending=True, now=60.0)
     assert found is not None and found.restarts and found.ranks == (1,)
     assert found.message == "rank 1 (pid 4242) is frozen (stopped by SIGSTOP or Ctrl-Z) during the wind-down"
 
 
 def test_torch_collectives_are_unreleasable_only_after_the_grace():
     signaled = {0: (10.0, Wait(0, "DDP.allreduce", 4, since=9.0))}
-    assert failures.unreleasable(signaled, now=10.0 + failures.TORCH_RELEASE_S - 0.1) is None
-    found = failures.unreleasable(signaled, now=10.0 + failures.TORCH_RELEASE_S + 0.1)
+    assert failures.Unreleasable.detect(signaled, now=10.0 + failures.TORCH_RELEASE_S - 0.1) is None
+    found = failures.Unreleasable.detect(signaled, now=10.0 + failures.TORCH_RELEASE_S + 0.1)
     assert found is not None and found.restarts and "rank 0 waits in 'DDP.allreduce'" in found.message
 
 
 def test_a_join_with_operations_in_flight_is_unclean():
-    assert failures.unclean_join(0, ok=True, in_flight=0, error_name=None) is None
-    found = failures.unclean_join(1, ok=True, in_flight=3, error_name=None)
+    assert failures.UncleanJoin.detect(0, ok=True, in_flight=0, error_name=None) is None
+    found = failures.UncleanJoin.detect(1, ok=True, in_flight=3, error_name=None)
     assert found is not None and found.restarts and "3 Horovod operations in flight" in found.message
+
+
+class Processes:
+    """A pool's processes as the detectors read them (failures.Processes): rank 1 dead or frozen."""
+
+    def __init__(self, dead: list[int], frozen: list[int]) -> None:
+        self.ranks = [Rank(r, r, "vm", 100 + r, "cpu", "MPI", "MPI") for r in (0, 1, 2)]
+        self._dead, self._frozen = dead, frozen
+
+    def dead_ranks(self) -> list[int]:
+        return self._dead
+
+    def frozen_ranks(self) -> list[int]:
+        return self._frozen
+
+    def death_report(self) -> str:
+        return "rank 1 (pid 101) died on signal 9 (Killed)"
+
+
+def test_push_pull_where_and_the_debugger_name_a_dead_or_frozen_rank_alike():
+    dead = failures.lost(Processes(dead=[1], frozen=[]), [0, 1])
+    assert isinstance(dead, failures.Dead) and dead.ranks == (1,) and dead.restarts
+    assert str(dead) == "rank 1 died (rank 1 (pid 101) died on signal 9 (Killed)). " + failures.RESTART
+    frozen = failures.lost(Processes(dead=[], frozen=[1, 2]), None)
+    assert isinstance(frozen, failures.Frozen) and frozen.ranks == (1, 2)
+    assert str(frozen) == (
+        "ranks 1-2 are stopped (SIGSTOP or Ctrl-Z) and run nothing. Resume them with `kill -CONT 101 102`, "
+        "or %hvd_restart."
+    )
+    assert failures.lost(Processes(dead=[2], frozen=[]), [0, 1]) is None  # not among the ranks asked about
 
 
 def test_horovods_stall_report_names_who_waits_on_what():
@@ -262,7 +293,7 @@ def test_a_dead_engine_loses_the_pool_and_the_caller_is_told_why(monkeypatch):
 
     pool = FakePool(engine)
     failed = run(pool)
-    assert failed.lost is not None and failed.lost.kind == "dead" and failed.lost.restarts
+    assert isinstance(failed.lost, failures.Dead) and failed.lost.restarts
     assert failed.lost.message == "rank 1 (pid 101) died on signal 9 (Killed)"
     assert failed.hint == ""  # the restart (kernel/lifecycle.py) says what to do next
 
@@ -275,7 +306,7 @@ def test_ranks_waiting_on_different_tensors_lose_the_pool(monkeypatch):
             channel.emit(waiting(rank, request.cell, f"name.{rank}", 1))
 
     failed = run(FakePool(engine))
-    assert failed.lost is not None and failed.lost.kind == "mismatch"
+    assert isinstance(failed.lost, failures.Mismatch)
     assert "rank 0 waits in 'name.0' (its collective #1); rank 1 waits in 'name.1'" in failed.lost.message
 
 

@@ -1,9 +1,11 @@
-"""What can go wrong while a cell runs, as types: each kind is detected here from what the ranks reported, and
-knows the ranks it names, what to do next, and whether only a restart of the pool mends it.
+"""What can go wrong while the ranks work, one class per kind: each detects itself from what the ranks reported or
+what their processes show, says what happened on which ranks, what to do next, and whether only a restart of the
+pool mends it.
 
-The cell's wait (kernel/cell/run.py) feeds the detectors and acts on what they find: it winds the cell down, or raises
-`PoolLost` for a failure that needs a restart, which kernel/lifecycle.py carries out. A rank's own exception is not
-here: the rank reports it, and errors.py groups it for the notebook.
+The cell's wait (kernel/cell/run.py), push and pull (kernel/transfer.py), where (kernel/diagnose/where.py) and the
+debugger (kernel/diagnose/debugger.py) all ask the same detectors. A failure that needs a restart travels as
+`PoolLost` to the owner of the pool's life (kernel/lifecycle.py), which restarts the pool and says what came back.
+A rank's own exception is not here: the rank reports it, and errors.py groups it for the notebook.
 """
 
 from __future__ import annotations
@@ -11,11 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Protocol
 
-from .ranks import format_ranks
-
-Kind = Literal["uneven", "mismatch", "dead", "frozen", "overdue", "unreleasable", "unclean_join", "over_time", "unsent"]
+from .ranks import Rank, format_ranks
 
 # Collectives that cannot match: every rank still running waits in one, while another rank has finished the cell
 # (this long after both), or while they wait on different tensors (this long). Shorter waits are normal.
@@ -34,16 +34,21 @@ TORCH_ADVICE = (
     "context manager (torch.distributed.algorithms.Join([model])), or give every rank the same number of batches "
     "(DistributedSampler(..., drop_last=True))."
 )
+RESTART = "Restart the pool with %hvd_restart (kept names come back)."
 
 
 @dataclass(frozen=True)
 class Failure:
-    """One thing that went wrong in a cell, in the user's words."""
+    """One thing that went wrong, in the user's words: `message` says what happened, naming the ranks; `remedy` what
+    to do next; a kind whose `restarts` is True is mended only by a restart of the pool."""
 
-    kind: Kind
     ranks: tuple[int, ...]
-    message: str  # what happened, naming the ranks
-    restarts: bool = False  # only a restart of the pool mends it (the engines are gone or cannot be released)
+    message: str
+    remedy: str = ""
+    restarts: ClassVar[bool] = False
+
+    def __str__(self) -> str:
+        return f"{self.message}. {self.remedy}" if self.remedy else self.message
 
 
 class PoolLost(Exception):
@@ -52,6 +57,21 @@ class PoolLost(Exception):
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.message)
         self.failure = failure
+
+
+class Processes(Protocol):
+    """What the detectors read of a pool's processes (kernel/launch/pool.py)."""
+
+    ranks: list[Rank]
+
+    def dead_ranks(self) -> list[int]: ...
+
+    def frozen_ranks(self) -> list[int]: ...
+
+    def death_report(self) -> str: ...
+
+
+# ---- the cell's collectives ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -81,10 +101,21 @@ def advice(waits: list[Wait]) -> str:
     return TORCH_ADVICE if any(w.name.startswith(("dist.", "DDP")) for w in waits) else HOROVOD_ADVICE
 
 
-def unmatched(running: list[int], waits: list[Wait], finished: list[Done], now: float) -> Failure | None:
+@dataclass(frozen=True)
+class Uneven(Failure):
+    """A rank finished the cell while the others wait in one more collective: a join releases them, state kept."""
+
+
+@dataclass(frozen=True)
+class Mismatch(Failure):
+    """Ranks wait on different tensors: only a restart releases them (Horovod crashed when they joined)."""
+
+    restarts: ClassVar[bool] = True
+
+
+def unmatched(running: list[int], waits: list[Wait], finished: list[Done], now: float) -> Uneven | Mismatch | None:
     """Collectives that cannot match, or None while they still may: every running rank waits in one, and a rank
-    finished the cell (uneven collectives: a join releases them, state kept) or they wait on different tensors (only
-    a restart releases those: Horovod crashed when they joined)."""
+    finished the cell, or they wait on different tensors."""
     if not running or {w.rank for w in waits} != set(running):
         return None
     waiting_for = now - max(w.since for w in waits)
@@ -96,79 +127,154 @@ def unmatched(running: list[int], waits: list[Wait], finished: list[Done], now: 
             f"rank {d.rank} after {'?' if d.collectives is None else d.collectives} collectives" for d in finished
         )
         message = f"Collectives did not match: the cell finished on {done}, while {said}.\n{advice(waits)}"
-        return Failure("uneven", tuple(running), message)
+        return Uneven(tuple(running), message)
     if len(waits) > 1 and len({w.name for w in waits}) > 1 and waiting_for >= MISMATCH_S:
         message = (
             f"Collectives did not match: {said}, for {waiting_for:.0f} s. {advice(waits)} Ranks that wait on different "
             "tensors can only be released by restarting the pool"
         )
-        return Failure("mismatch", tuple(running), message, restarts=True)
+        return Mismatch(tuple(running), message)
     return None
 
 
-def frozen(
-    frozen_since: dict[int, float], pids: dict[int, int], timeout: float, ending: bool, now: float
-) -> Failure | None:
-    """Ranks stopped by SIGSTOP or Ctrl-Z for the pool's timeout (they may be resumed), or at all while the cell ends
-    (a frozen rank can never take part in the wind-down)."""
-    overdue = sorted(r for r, since in frozen_since.items() if ending or now - since >= timeout)
-    if not overdue:
-        return None
-    named = ", ".join(f"rank {r} (pid {pids.get(r, '?')})" for r in overdue)
-    when = "during the wind-down" if ending else f"for {timeout:g} s"
-    verb = "is" if len(overdue) == 1 else "are"
-    return Failure("frozen", tuple(overdue), f"{named} {verb} frozen (stopped by SIGSTOP or Ctrl-Z) {when}", True)
+@dataclass(frozen=True)
+class Unreleasable(Failure):
+    """torch.distributed ranks still in a collective after their interrupt: Gloo and NCCL cannot cancel one whose
+    peer failed or left it."""
+
+    restarts: ClassVar[bool] = True
+
+    @classmethod
+    def detect(cls, signaled: Mapping[int, tuple[float, Wait | None]], now: float) -> Unreleasable | None:
+        """`signaled`: each such rank's interrupt time and wait; a failure once TORCH_RELEASE_S passed for all."""
+        if not signaled or any(now - at <= TORCH_RELEASE_S for at, _ in signaled.values()):
+            return None
+        said = "; ".join(w.words() if w else f"rank {r} did not stop" for r, (_, w) in sorted(signaled.items()))
+        message = (
+            f"{said}: a torch.distributed collective cannot be released once a peer failed or left it (Gloo and "
+            "NCCL cannot cancel one)"
+        )
+        return cls(tuple(sorted(signaled)), message)
 
 
-def dead(report: str, ranks: list[int]) -> Failure:
-    """An engine died (mpiexec's words say which and how: MPI ends the whole job when one rank dies)."""
-    return Failure("dead", tuple(ranks), report, restarts=True)
-
-
-def unsent(rank: int, what: str, error: Exception) -> Failure:
-    """A request could not reach a rank (its engine is gone)."""
-    return Failure("unsent", (rank,), f"rank {rank} could not be {what}: {error}", restarts=True)
-
-
-def overdue(stuck: list[int], fail_timeout: float) -> Failure:
-    """Ranks that did not stop within --fail-timeout of the failure."""
-    return Failure(
-        "overdue",
-        tuple(stuck),
-        f"{format_ranks(stuck)} did not stop within {fail_timeout:g} s (blocked in a collective or in native code)",
-        restarts=True,
-    )
-
-
-def unreleasable(signaled: Mapping[int, tuple[float, Wait | None]], now: float) -> Failure | None:
-    """torch.distributed ranks still in a collective TORCH_RELEASE_S after their SIGINT: Gloo and NCCL cannot cancel
-    one whose peer failed or left it. `signaled`: each such rank's SIGINT time and wait."""
-    if not signaled or any(now - at <= TORCH_RELEASE_S for at, _ in signaled.values()):
-        return None
-    said = "; ".join(w.words() if w else f"rank {r} did not stop" for r, (_, w) in sorted(signaled.items()))
-    message = (
-        f"{said}: a torch.distributed collective cannot be released once a peer failed or left it (Gloo and NCCL "
-        "cannot cancel one)"
-    )
-    return Failure("unreleasable", tuple(sorted(signaled)), message, restarts=True)
-
-
-def unclean_join(rank: int, ok: bool, in_flight: int, error_name: str | None) -> Failure | None:
+@dataclass(frozen=True)
+class UncleanJoin(Failure):
     """A rank whose join left Horovod unfit for the next cell: operations still in flight, or a join that failed."""
-    if ok and not in_flight:
-        return None
-    message = (
-        f"rank {rank} still had {in_flight} Horovod operations in flight after the failure (e.g. gradients of a "
-        "backward() without step()), which would clash with the next cell"
-        if ok
-        else f"rank {rank} could not leave Horovod's collectives ({error_name})"
-    )
-    return Failure("unclean_join", (rank,), message, restarts=True)
+
+    restarts: ClassVar[bool] = True
+
+    @classmethod
+    def detect(cls, rank: int, ok: bool, in_flight: int, error_name: str | None) -> UncleanJoin | None:
+        if ok and not in_flight:
+            return None
+        message = (
+            f"rank {rank} still had {in_flight} Horovod operations in flight after the failure (e.g. gradients of a "
+            "backward() without step()), which would clash with the next cell"
+            if ok
+            else f"rank {rank} could not leave Horovod's collectives ({error_name})"
+        )
+        return cls((rank,), message)
 
 
-def over_time(limit: float) -> Failure:
+@dataclass(frozen=True)
+class OverTime(Failure):
     """A cell with a time limit (a replay after a restart) that ran past it: ended as if interrupted."""
-    return Failure("over_time", (), f"It ran longer than {limit:g} s, the limit of such a cell, and was ended.")
+
+    @classmethod
+    def of(cls, limit: float) -> OverTime:
+        return cls((), f"It ran longer than {limit:g} s, the limit of such a cell, and was ended.")
+
+
+@dataclass(frozen=True)
+class Overdue(Failure):
+    """Ranks that did not stop within --fail-timeout of the failure (or the user interrupted twice)."""
+
+    restarts: ClassVar[bool] = True
+
+    @classmethod
+    def of(cls, stuck: list[int], fail_timeout: float) -> Overdue:
+        return cls(
+            tuple(stuck),
+            f"{format_ranks(stuck)} did not stop within {fail_timeout:g} s (blocked in a collective or in native code)",
+        )
+
+
+# ---- the ranks' processes ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dead(Failure):
+    """An engine died (mpiexec's words say which and how: MPI ends the whole job when one rank dies)."""
+
+    restarts: ClassVar[bool] = True
+
+    @classmethod
+    def among(cls, pool: Processes, ranks: list[int] | None = None) -> Dead | None:
+        """The ranks of `ranks` (default: all) whose engine is gone, or None."""
+        dead = sorted(set(pool.dead_ranks()) & set(ranks if ranks is not None else [r.rank for r in pool.ranks]))
+        return cls(tuple(dead), f"{format_ranks(dead)} died ({pool.death_report()})", RESTART) if dead else None
+
+    @classmethod
+    def of(cls, report: str, ranks: list[int]) -> Dead:
+        """From mpiexec's own report, once it exited (the owner restarts the pool: no remedy to type)."""
+        return cls(tuple(ranks), report)
+
+
+@dataclass(frozen=True)
+class Frozen(Failure):
+    """Ranks stopped by SIGSTOP or Ctrl-Z: alive, but running nothing."""
+
+    restarts: ClassVar[bool] = True
+
+    @classmethod
+    def among(cls, pool: Processes, ranks: list[int] | None = None) -> Frozen | None:
+        """The ranks of `ranks` (default: all) whose engine is stopped now, or None."""
+        frozen = sorted(set(pool.frozen_ranks()) & set(ranks if ranks is not None else [r.rank for r in pool.ranks]))
+        if not frozen:
+            return None
+        pids = " ".join(str(r.pid) for r in pool.ranks if r.rank in frozen)
+        verb = "is" if len(frozen) == 1 else "are"
+        return cls(
+            tuple(frozen),
+            f"{format_ranks(frozen)} {verb} stopped (SIGSTOP or Ctrl-Z) and run{'s' if len(frozen) == 1 else ''} "
+            "nothing",
+            f"Resume {'it' if len(frozen) == 1 else 'them'} with `kill -CONT {pids}`, or %hvd_restart.",
+        )
+
+    @classmethod
+    def for_long(
+        cls, frozen_since: dict[int, float], pids: dict[int, int], timeout: float, ending: bool, now: float
+    ) -> Frozen | None:
+        """Ranks frozen for the pool's timeout (they may be resumed), or at all while the cell ends (a frozen rank
+        can never take part in the wind-down)."""
+        overdue = sorted(r for r, since in frozen_since.items() if ending or now - since >= timeout)
+        if not overdue:
+            return None
+        named = ", ".join(f"rank {r} (pid {pids.get(r, '?')})" for r in overdue)
+        when = "during the wind-down" if ending else f"for {timeout:g} s"
+        verb = "is" if len(overdue) == 1 else "are"
+        return cls(tuple(overdue), f"{named} {verb} frozen (stopped by SIGSTOP or Ctrl-Z) {when}")
+
+
+@dataclass(frozen=True)
+class Unsent(Failure):
+    """A request could not reach a rank (its engine is gone)."""
+
+    restarts: ClassVar[bool] = True
+
+    @classmethod
+    def of(cls, rank: int | None, what: str, error: Exception) -> Unsent:
+        who = f"rank {rank}" if rank is not None else "the ranks"
+        return cls((rank,) if rank is not None else (), f"{who} could not be {what}: {error}")
+
+
+def lost(pool: Processes, ranks: list[int] | None = None) -> Dead | Frozen | None:
+    """Whether some of `ranks` (default: all) died or are frozen now: what push, pull, where and the debugger check
+    while they wait."""
+    return Dead.among(pool, ranks) or Frozen.among(pool, ranks)
+
+
+# ---- what the ranks said -----------------------------------------------------------------------------------------
 
 
 def is_consequence(ename: str, evalue: str) -> bool:

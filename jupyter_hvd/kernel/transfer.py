@@ -21,6 +21,7 @@ import ipyparallel as ipp
 import psutil
 
 from .. import wire
+from . import failures
 from .launch.pool import Pool
 from .ranks import format_ranks
 from .words import size_text
@@ -58,19 +59,9 @@ def wait(pool: Pool, ar: ipp.AsyncResult, ranks: list[int], what: str, timeout: 
                 f"{what} failed: an engine stopped ({exc}). Restart the pool with %hvd_restart."
             ) from None
         waiting = [r for r, mid in zip(ranks, ar.msg_ids, strict=True) if mid in pool.client.outstanding]
-        dead = sorted(set(waiting) & set(pool.dead_ranks()))
-        if dead:
-            raise TransferError(
-                f"{what} failed: {format_ranks(dead)} died ({pool.death_report()}). Restart the pool with %hvd_restart."
-            )
-        frozen = sorted(set(waiting) & set(pool.frozen_ranks()))
-        if frozen:
-            pids = " ".join(str(pool.ranks[r].pid) for r in frozen)
-            raise TransferError(
-                f"{what} did not finish: {format_ranks(frozen)} {'is' if len(frozen) == 1 else 'are'} stopped "
-                f"(SIGSTOP or Ctrl-Z) and run{'s' if len(frozen) == 1 else ''} nothing. "
-                f"Resume it with `kill -CONT {pids}`, or %hvd_restart."
-            )
+        gone = failures.lost(pool, waiting)
+        if gone is not None:
+            raise TransferError(f"{what} {'failed' if isinstance(gone, failures.Dead) else 'did not finish'}: {gone}")
         if time.monotonic() > deadline:
             raise TransferError(
                 f"{what} did not finish within {timeout:g} s: {format_ranks(waiting or ranks)} did not answer "

@@ -30,7 +30,20 @@ from .. import failures
 from ..channel import ChannelError
 from ..diagnose import debugger, where
 from ..errors import CellFailed, group_errors, name_cell
-from ..failures import Done, Failure, PoolLost, Wait
+from ..failures import (
+    Dead,
+    Done,
+    Failure,
+    Frozen,
+    Overdue,
+    OverTime,
+    PoolLost,
+    UncleanJoin,
+    Uneven,
+    Unreleasable,
+    Unsent,
+    Wait,
+)
 from ..launch.pool import Pool
 from ..ranks import format_ranks
 from .figures import CellFigures
@@ -142,7 +155,7 @@ class CellRun:
                 channel.send(r.rank, request)
         except ChannelError as exc:
             self._check_liveness()
-            raise PoolLost(Failure("unsent", (), f"the cell could not be sent: {exc}", restarts=True)) from None
+            raise PoolLost(Unsent.of(None, "sent the cell", exc)) from None
 
     # ---- the wait loop -------------------------------------------------------------------------------------
 
@@ -202,7 +215,7 @@ class CellRun:
             except KeyboardInterrupt:
                 interrupts += 1
                 if interrupts > 1 or (self.reason == "interrupt" and self._overdue()):
-                    self.lost = Failure("overdue", (), "you interrupted twice", restarts=True)
+                    self.lost = Overdue((), "you interrupted twice")
                     return
                 if interrupts == 1 and self.reason is None:
                     self._say_where("you interrupted", self.options.where_full)
@@ -238,7 +251,7 @@ class CellRun:
             self._check_mismatch()
         limit = self.options.time_limit
         if self.reason is None and limit is not None and time.monotonic() - self._started > limit:
-            self.ended_by = failures.over_time(limit)
+            self.ended_by = OverTime.of(limit)
             self._begin_wind_down("interrupt")
         if self.reason is not None:
             self._advance_wind_down()
@@ -289,7 +302,7 @@ class CellRun:
             )
         elif isinstance(ev, wire.Joined):
             run.joined = True
-            self.unclean_join = self.unclean_join or failures.unclean_join(
+            self.unclean_join = self.unclean_join or UncleanJoin.detect(
                 ev.rank, ev.ok, ev.in_flight, (ev.error or {}).get("ename")
             )
 
@@ -376,7 +389,7 @@ class CellRun:
         now = time.monotonic()
         self._frozen_since = {r: self._frozen_since.get(r, now) for r in self.pool.frozen_ranks()}
         pids = {r.rank: r.pid for r in self.pool.ranks}
-        found = failures.frozen(self._frozen_since, pids, self.pool.options.timeout, self.reason is not None, now)
+        found = Frozen.for_long(self._frozen_since, pids, self.pool.options.timeout, self.reason is not None, now)
         if found is not None:
             raise PoolLost(found)
         dead = self.pool.dead_ranks()
@@ -385,7 +398,7 @@ class CellRun:
             deadline = time.monotonic() + 10
             while self.pool.mpiexec_alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            raise PoolLost(failures.dead(self.pool.death_report(), dead))
+            raise PoolLost(Dead.of(self.pool.death_report(), dead))
 
     # ---- wind-down -----------------------------------------------------------------------------------------
 
@@ -400,7 +413,7 @@ class CellRun:
         assert client is not None
         if not set(self.pool.engine_ids()) <= set(client.ids):
             self._check_liveness()
-            raise PoolLost(failures.dead("an engine left the pool", []))
+            raise PoolLost(Dead.of("an engine left the pool", []))
         if self.reason in ("interrupt", "mismatch"):
             # The ranks still running get their SIGINT before any rank joins: a join lets the collective a running
             # rank waits in complete, and that rank would go on with its cell before the signal lands.
@@ -414,7 +427,7 @@ class CellRun:
                     channel.send(run.rank, wire.Join(self.number))
                 except ChannelError as exc:
                     self._check_liveness()
-                    raise PoolLost(failures.unsent(run.rank, "asked to leave Horovod's collectives", exc)) from None
+                    raise PoolLost(Unsent.of(run.rank, "asked to leave Horovod's collectives", exc)) from None
                 run.join_sent = True
         self._advance_wind_down()
 
@@ -433,12 +446,12 @@ class CellRun:
                 for r in self.runs.values()
                 if r.state == "running" and r.signaled_at is not None
             }
-            found = failures.unreleasable(signaled, now)
+            found = Unreleasable.detect(signaled, now)
             if found is not None:
                 raise PoolLost(found)
         if self._overdue():
             stuck = [r.rank for r in self.runs.values() if r.state == "running" or not r.joined]
-            raise PoolLost(failures.overdue(stuck, self.pool.options.fail_timeout))
+            raise PoolLost(Overdue.of(stuck, self.pool.options.fail_timeout))
 
     def _overdue(self) -> bool:
         return self.hard_deadline is not None and time.monotonic() > self.hard_deadline
@@ -499,12 +512,12 @@ class CellRun:
                 f"rank {e['rank']} called exit({e.get('exit', '')}) (sys.exit, exit() or quit()): the cell ended "
                 "there. The engine keeps running, as does the pool."
             )
-        if self.ended_by is not None and self.ended_by.kind == "uneven":
+        if isinstance(self.ended_by, Uneven):
             parts.append(self.ended_by.message)
         if errors:
             parts.append(group_errors(errors))
         stopped = sorted(r.rank for r in self.runs.values() if r.state == "stopped" or r.signaled_at)
-        if self.ended_by is not None and self.ended_by.kind == "over_time":
+        if isinstance(self.ended_by, OverTime):
             parts.append(self.ended_by.message)
         elif self.reason == "interrupt" and not errors and not exits:
             by = f" {self.interrupted_by}" if self.interrupted_by else ""

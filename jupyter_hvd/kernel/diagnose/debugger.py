@@ -15,20 +15,17 @@ from typing import Any, Protocol
 from IPython.core.error import UsageError
 
 from ... import wire
+from .. import failures
 from ..channel import CellChannel, ChannelError
 
 TICK_S = 0.25
 LEAVE_S = 5.0  # after the stop button, how long a rank's pdb may take to quit
 
 
-class Pool(Protocol):
+class Pool(failures.Processes, Protocol):
     """What the debugger uses of a pool (kernel/launch/pool.py)."""
 
     channel: CellChannel | None
-
-    def dead_ranks(self) -> list[int]: ...
-
-    def death_report(self) -> str: ...
 
     def interrupt(self, ranks: list[int], cell: int) -> None: ...
 
@@ -96,8 +93,9 @@ def post_mortem(pool: Pool, rank: int, n: int) -> None:
             )
         if time.monotonic() >= next_check:
             next_check = time.monotonic() + TICK_S
-            if rank in pool.dead_ranks():
-                raise UsageError(f"Rank {rank} died while in the debugger: {pool.death_report()}")
+            dead = failures.Dead.among(pool, [rank])
+            if dead is not None:
+                raise UsageError(f"While in the debugger, {dead}")
 
 
 def _step(pool: Pool, channel: CellChannel, rank: int, n: int, leaving: bool) -> wire.Debugged | None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ... import state, wire
+from .. import failures
 from ..channel import CellChannel, ChannelError
 from ..launch.hosts import is_this_host
 from ..launch.pool_file import PoolFile
@@ -38,19 +39,14 @@ _numbers = iter(range(1, 1 << 62))
 _PYSPY_FRAME = re.compile(r"^\s+(\S.*?) \((.*?)(?::(\d+))?\)\s*$")
 
 
-class Pool(Protocol):
+class Pool(failures.Processes, Protocol):
     """What "where" uses of a pool (kernel/launch/pool.py)."""
 
     channel: CellChannel | None
-    ranks: list[Rank]
     file: PoolFile
     lock: Any
     busy_cell: str | None
     where_asked: bool | None
-
-    def dead_ranks(self) -> list[int]: ...
-
-    def frozen_ranks(self) -> list[int]: ...
 
     def publish(self) -> None: ...
 
@@ -192,8 +188,9 @@ def _answers(pool: Pool, channel: CellChannel, meanwhile: list[wire.Event]) -> d
 
 def _from_outside(pool: Pool, silent: list[Rank], full: bool, source: tuple[int, str] | None) -> dict[int, str]:
     """Ranks that did not answer, named for why, with the stack py-spy reads where it can."""
-    dead = set(pool.dead_ranks())
-    frozen = set(pool.frozen_ranks())
+    found_dead, found_frozen = failures.Dead.among(pool), failures.Frozen.among(pool)
+    dead = set(found_dead.ranks if found_dead else ())
+    frozen = set(found_frozen.ranks if found_frozen else ())
     local = {r.pid: r.rank in frozen for r in silent if r.rank not in dead and is_this_host(r.host)}
     stacks = outside_stacks(local)
     lines = {}
