@@ -338,6 +338,16 @@ class Debugged:
 
 
 @dataclass(frozen=True)
+class Interrupted:
+    """This rank's reading thread took the Interrupt of cell `cell` (signalled it, cancelled it, or found it ended).
+    A rank that does not say so soon cannot run that thread: native code holds the GIL, and only a signal from
+    outside reaches it (the kernel sends one then)."""
+
+    rank: int
+    cell: int
+
+
+@dataclass(frozen=True)
 class Debugging:
     """A `breakpoint()` in cell `cell` holds this rank in pdb (`active`), or let it go (continue, quit, or the cell's
     end): while one does, the kernel does not end the cell for collectives that wait for that rank."""
@@ -364,6 +374,7 @@ Event = (
     | InputRequest
     | Debugged
     | Debugging
+    | Interrupted
 )
 
 # ---- signing -----------------------------------------------------------------------------------------------

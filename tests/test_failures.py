@@ -179,6 +179,7 @@ class FakePool:
         self.cells_run = 0
         self.last_failed: list[int] = []
         self.interrupted: list[int] = []
+        self.signalled: list[int] = []
         self.dead: list[int] = []
         self._on_interrupt = on_interrupt
 
@@ -205,6 +206,9 @@ class FakePool:
 
     def death_report(self) -> str:
         return "rank 1 (pid 101) died on signal 9 (Killed)"
+
+    def signal_interrupt(self, ranks: list[int]) -> None:
+        self.signalled += ranks
 
     def interrupt(self, ranks: list[int], cell: int) -> None:
         self.interrupted += ranks

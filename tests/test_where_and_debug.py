@@ -140,10 +140,12 @@ def test_a_frozen_rank_is_named_with_the_stack_read_from_outside(kernel):
 def test_a_rank_holding_the_gil_in_native_code_is_named_with_its_native_stack(kernel):
     k = kernel
     # A regular expression that backtracks for minutes: the regex engine holds the GIL, so the rank's own thread
-    # cannot answer; it checks for signals, so the stop button still ends it.
+    # cannot answer, nor take the Interrupt; it checks for signals, so the stop button still ends it (a SIGINT from
+    # outside), without a restart: the namespaces stay.
     cell = "%%hvd\nimport re\nif rank == 1:\n    re.match(r'(a+)+$', 'a' * 40 + 'b')\nhvd.allreduce(torch.ones(1))\n"
     r = k.run(cell, timeout=60, on_start=press_stop(k, 2.5))
     assert r.status == "error"
+    assert "Interrupted: ranks 0-1 stopped." in r.error_text and "restart" not in r.error_text, r.error_text
     said = r.stderr
     busy = re.search(r"rank 1: not answering \(busy in native code\), read from outside: (.*)", said)
     assert busy, said

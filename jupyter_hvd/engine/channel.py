@@ -153,7 +153,8 @@ class Channel:
                 self._loop.add_callback(self._on_request, message)
 
     def _interrupt(self, cell: int) -> None:
-        """Stop `cell` (on the reading thread): SIGINT to the main thread where it runs, noted where not begun."""
+        """Stop `cell` (on the reading thread): SIGINT to the main thread where it runs, noted where not begun; the
+        kernel is told it was taken."""
         with self._interrupt_lock:
             if self._interruptible == cell:
                 main = threading.main_thread().ident
@@ -161,6 +162,7 @@ class Channel:
                     signal.pthread_kill(main, signal.SIGINT)  # the main thread's own: a wait there wakes (EINTR)
             elif cell > self._begun:
                 self._cancelled.add(cell)
+        self.send(wire.Interrupted(self.rank, cell))
 
     def _interruptible_run(self, cell: int | None, fn: Any, *args: Any) -> Any:
         """`fn(*args)` with Ctrl-C enabled (as ipykernel does while it handles a request; engines ignore SIGINT

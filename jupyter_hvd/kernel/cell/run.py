@@ -50,6 +50,7 @@ from .figures import CellFigures
 
 GRACE_S = 1.0  # after a first error, how long other ranks may take to end (or raise the same error) by themselves
 TICK_S = 0.25  # liveness checks while waiting: engine processes, mpiexec
+TAKE_INTERRUPT_S = 0.5  # a rank's reading thread takes an Interrupt within milliseconds, or cannot run at all
 # A cell still running after this is shown as running in the sidebar at once. Shorter cells are left to the watcher's
 # next round: waking its thread at each start and end took the GIL from the dispatch (an empty cell: +1.3 ms).
 SHOW_RUNNING_AFTER_S = 0.1
@@ -81,7 +82,9 @@ class _RankRun:
     rank: int
     state: str = "running"  # running | ok | error | stopped | dead
     record: wire.CellRecord | None = None
-    signaled_at: float | None = None
+    signaled_at: float | None = None  # when it was sent the Interrupt
+    interrupt_taken: bool = False  # its reading thread took the Interrupt (wire.Interrupted)
+    signal_sent: bool = False  # it did not: a SIGINT from outside went to it
     join_sent: bool = False
     joined: bool = False
     ended_after_failure: bool = False  # finished normally, but after another rank had failed
@@ -300,6 +303,8 @@ class CellRun:
                 if wait
                 else None
             )
+        elif isinstance(ev, wire.Interrupted):
+            run.interrupt_taken = True
         elif isinstance(ev, wire.Joined):
             run.joined = True
             self.unclean_join = self.unclean_join or UncleanJoin.detect(
@@ -440,6 +445,18 @@ class CellRun:
             self.pool.interrupt([r.rank for r in running], self.number)
             for r in running:
                 r.signaled_at = now
+        # A rank whose reading thread did not take its Interrupt cannot run that thread: native code holds the GIL,
+        # and only a signal from outside reaches it (the code checks for signals).
+        deaf = [
+            r
+            for r in self.runs.values()
+            if r.state == "running" and r.signaled_at and not r.interrupt_taken and not r.signal_sent
+            and now - r.signaled_at > TAKE_INTERRUPT_S
+        ]  # fmt: skip
+        if deaf:
+            self.pool.signal_interrupt([r.rank for r in deaf])
+            for r in deaf:
+                r.signal_sent = True
         if self.pool.torch_distributed:
             signaled = {
                 r.rank: (r.signaled_at, r.waiting)

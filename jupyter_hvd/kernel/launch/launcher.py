@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -357,6 +358,21 @@ class Launcher:
             except psutil.Error:
                 continue
         return procs
+
+    def interrupt(self, ranks: list[Rank]) -> None:
+        """SIGINT the engines of `ranks` (on other hosts, the engine's nanny there delivers it)."""
+        here, elsewhere = self.placement.split(ranks)
+        for r in here:
+            try:
+                os.kill(r.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        remote = [r.engine_id for r in elsewhere]
+        if remote and self.client is not None:
+            try:
+                self.client.send_signal(signal.SIGINT, targets=remote, block=False)
+            except Exception as exc:
+                log.debug("interrupting engines %s: %s", remote, exc)
 
     def dead_ranks(self, ranks: list[Rank]) -> list[int]:
         """Ranks whose engine process is gone; on other hosts, ranks whose engine left the controller."""

@@ -405,6 +405,11 @@ class Pool:
             except ChannelError:
                 pass
 
+    def signal_interrupt(self, ranks: list[int]) -> None:
+        """SIGINT from outside to `ranks`' engines: for a rank whose reading thread cannot take an Interrupt (native
+        code holds the GIL), so it runs the cell; such code checks for signals."""
+        self.launcher.interrupt([r for r in self.ranks if r.rank in ranks])
+
     def dead_ranks(self) -> list[int]:
         """Ranks whose engine process is gone; on other hosts, ranks whose engine left the controller."""
         return self.launcher.dead_ranks(self.ranks)
