@@ -138,9 +138,13 @@ def rank_lines(stdout: str, word: str) -> dict[int, list[str]]:
 def test_a_cell_that_only_waits_leaves_the_cores_alone(k):
     # Horovod's background thread spins in MPI while it runs: where no rank used it for --rest-after seconds (2 on
     # CPU ranks), it rests, also in the middle of a cell, and the cell's next collective starts it again.
+    # Each rank measures its own CPU second by second until it has been quiet for 3 seconds (a busy machine may take
+    # a few seconds more to rest it), 40 s at most.
     r = k.run(
         "%%hvd --ranks all\nimport time\nhvd.allreduce(torch.ones(4), name='before')\nload = []\n"
-        "for second in range(12):\n    c0, w0 = time.process_time(), time.monotonic()\n    time.sleep(1)\n"
+        "deadline = time.monotonic() + 40\n"
+        "while (len(load) < 3 or max(load[-3:]) >= 10) and time.monotonic() < deadline:\n"
+        "    c0, w0 = time.process_time(), time.monotonic()\n    time.sleep(1)\n"
         "    load.append(round(100 * (time.process_time() - c0) / (time.monotonic() - w0)))\n"
         "print('load', rank, *load)\n"
         "print('sum', rank, hvd.allreduce(torch.ones(1), op=hvd.Sum, name='after').item())",
@@ -149,7 +153,7 @@ def test_a_cell_that_only_waits_leaves_the_cores_alone(k):
     assert r.status == "ok", r.error_text
     load = rank_lines(r.stdout, "load")
     assert sorted(load) == [0, 1], r.stdout
-    assert all(int(x) < 10 for seconds in load.values() for x in seconds[-4:]), r.stdout
+    assert all(int(x) < 10 for seconds in load.values() for x in seconds[-3:]), r.stdout
     assert rank_lines(r.stdout, "sum") == {0: ["2.0"], 1: ["2.0"]}, r.stdout
 
 
@@ -164,11 +168,16 @@ def test_process_sets_come_back_after_an_idle_rest(k):
     assert r.status == "ok", r.error_text
     assert "it is given the same at every start after an idle rest" in r.stderr, r.stderr
     ranks = [psutil.Process(int(pid)) for (pid,) in rank_lines(r.stdout, "pid").values()]
-    time.sleep(4)  # idle: Horovod rests between cells, also with process sets (an awake one spins: 50-100% a rank)
-    for p in ranks:
-        p.cpu_percent(None)
-    time.sleep(2)
-    assert max(p.cpu_percent(None) for p in ranks) < 10
+    # Idle: Horovod rests between cells, also with process sets (an awake one spins: 50-100% a rank); a busy machine
+    # may take a few seconds more to rest it, so wait for two quiet seconds, 40 s at most.
+    deadline = time.monotonic() + 40
+    busiest = 100.0
+    while busiest >= 10 and time.monotonic() < deadline:
+        for p in ranks:
+            p.cpu_percent(None)
+        time.sleep(2)
+        busiest = max(p.cpu_percent(None) for p in ranks)
+    assert busiest < 10, busiest
     # Registered again as they were: `second` works (Horovod numbered it anew), `first` stays removed.
     r = k.run(
         "%%hvd --ranks all\n"

@@ -74,23 +74,24 @@ def rest() -> dict[str, Any]:
     t0 = time.perf_counter()
     # A user's thread may still train, ops may be in flight: then no rank rests. Every rank must decide alike (the
     # first shutdown stops all ranks' Horovod), so every rank takes part in the decision, whatever its own answer,
-    # on a communicator of its own (not Horovod's), and waits a bounded, interruptible time for the others.
-    busy = "" if can_rest() else "its Horovod was started with a tuning that cannot start again"
-    busy = busy or collectives.busy() or ("it rests already" if _resting else "") or _timeline_busy()
-    uses = _uses
-    stay = _agree(bool(busy))
-    if stay is None:
-        return {"resting": _resting, "busy": "the ranks did not agree in time: the pool stays awake", "seconds": 0.0}
-    if stay:
-        return {"resting": _resting, "busy": busy or "another rank is busy", "seconds": time.perf_counter() - t0}
-    # A user's thread may have begun a collective while the ranks agreed: with the lock held (an op starting now
-    # waits for it), every rank checks once more, and they stop together or not at all, as the watch does.
-    with _lock:
-        began = "a collective began while the ranks agreed" if _uses != uses or collectives.busy() else ""
-        again = _agree(bool(began))
-        if again is None or again:
-            return {"resting": _resting, "busy": began or "another rank is busy", "seconds": 0.0}
+    # on a communicator of its own (not Horovod's), and waits a bounded, interruptible time for the others. The lock
+    # is held from the check to the stop: a collective a user's thread starts meanwhile waits for the decision (at
+    # most AGREE_S), so none can begin between what this rank said and the stop. A lock held elsewhere (a start or
+    # a stop under way, the watch deciding) means this rank stays awake.
+    locked = _lock.acquire(blocking=False)
+    try:
+        busy = "" if locked else "Horovod is being started or stopped"
+        busy = busy or ("" if can_rest() else "its Horovod was started with a tuning that cannot start again")
+        busy = busy or collectives.busy() or ("it rests already" if _resting else "") or _timeline_busy()
+        stay = _agree(bool(busy))
+        if stay is None:
+            return {"resting": _resting, "busy": "the ranks did not agree in time: the pool stays awake", "seconds": 0}
+        if stay:
+            return {"resting": _resting, "busy": busy or "another rank is busy", "seconds": time.perf_counter() - t0}
         _stop()
+    finally:
+        if locked:
+            _lock.release()
     return {"resting": True, "seconds": time.perf_counter() - t0}
 
 
