@@ -157,6 +157,41 @@ def test_a_cell_that_only_waits_leaves_the_cores_alone(k):
     assert rank_lines(r.stdout, "sum") == {0: ["2.0"], 1: ["2.0"]}, r.stdout
 
 
+def test_horovods_queries_answer_while_it_rests_and_while_it_stops():
+    """hvd.rank(), hvd.cross_rank() and the like answer the same on every call while Horovod rests, starts again and
+    stops (the ranks vote to rest, and another rank's stop may end this rank's Horovod before its own): a script's
+    rank checks never fail because the pool is idle. Rests every 0.5 s or so with --rest-after 0.2."""
+    kernel = Kernel()
+    try:
+        r = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2 --rest-after 0.2", timeout=120)
+        assert r.status == "ok", r.error_text
+        r = kernel.run(
+            "%%hvd --ranks all\nimport time\nfrom jupyter_hvd.engine.horovod import rest\n"
+            "failed, asked, resting = [], 0, 0\n"
+            "first = (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.cross_rank(), hvd.cross_size())\n"
+            "for wake in range(12):\n"
+            "    hvd.allreduce(torch.ones(1), name=f'wake.{wake}')\n"
+            "    until = time.monotonic() + 1.2\n"
+            "    while time.monotonic() < until:\n"
+            "        try:\n"
+            "            now = (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.cross_rank(), hvd.cross_size())\n"
+            "            asked, resting = asked + 1, resting + rest._resting\n"
+            "            if now != first:\n                failed.append(repr(now))\n"
+            "        except Exception as exc:\n            failed.append(f'{type(exc).__name__}: {exc}')\n"
+            "print('asked', rank, asked, resting, 'failed', len(failed), *sorted(set(failed))[:2])",
+            timeout=180,
+        )
+        assert r.status == "ok", r.error_text
+        said = rank_lines(r.stdout, "asked")
+        assert sorted(said) == [0, 1], r.stdout
+        for words in said.values():
+            asked, resting = int(words[0]), int(words[1])
+            assert 0 < resting < asked and words[2:4] == ["failed", "0"], r.stdout  # it rested, and woke
+    finally:
+        kernel.shutdown()
+    assert wait_until_gone(f"hvd-{kernel.pid}-") == []
+
+
 def test_process_sets_come_back_after_an_idle_rest(k):
     import psutil
 

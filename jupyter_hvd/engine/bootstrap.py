@@ -61,7 +61,6 @@ def start(
         pace.install()  # compute and wait per training step, for the kernel's straggler check (after collectives)
         rest.wake_on_first_use()  # a resting Horovod starts again when a cell uses it (outermost: before the rest)
         rest.prepare()
-        rest.watch(rest.rest_after(dev.type == "cuda"))  # Horovod rests where no rank uses it, also during a cell
     if dist is not None:
         hooks.install()  # the same for torch.distributed's collectives and DDP
     guards.script_argv()  # argparse in a pasted script sees a script's argv, not the engine's
@@ -88,7 +87,7 @@ def start(
 
     channel.connect(channel_info, names["rank"])
     threading.Thread(target=_warm_up, args=(torch, dev), name="jupyter-hvd warm-up", daemon=True).start()
-    return {
+    row: dict[str, Any] = {
         "rank": names["rank"],
         "size": names["size"],
         "local_rank": names["local_rank"],
@@ -104,6 +103,11 @@ def start(
         "horovod": hvd is not None,
         "warning": compat.check_horovod() if hvd is not None else "",
     }
+    if hvd is not None:
+        # Last: Horovod rests where no rank uses it (also during a cell), and a slow start must not rest it before
+        # the row above is read from it.
+        rest.watch(rest.rest_after(dev.type == "cuda"))
+    return row
 
 
 def _first_collectives(hvd: Any, torch: Any, device: Any) -> None:

@@ -32,6 +32,9 @@ from ... import compat, wire
 from . import init_settings
 
 _resting = False
+# This rank voted to rest: from its vote until its own stop, another rank's stop may already have ended this rank's
+# Horovod, which then answers no query; the remembered answers are given from the vote on.
+_stopping = False
 _answers: dict[Any, Any] = {}  # Horovod's queries answered while it rests (compat.QUERIES, with arguments) -> value
 # One start or stop at a time, and no op may start while Horovod is being stopped.
 _lock = threading.RLock()
@@ -69,6 +72,7 @@ def _apart() -> bool:
 
 def rest() -> dict[str, Any]:
     """Stop Horovod's background thread until the next use (called on every rank at once by the kernel)."""
+    global _stopping
     from .. import collectives
 
     t0 = time.perf_counter()
@@ -83,6 +87,7 @@ def rest() -> dict[str, Any]:
         busy = "" if locked else "Horovod is being started or stopped"
         busy = busy or ("" if can_rest() else "its Horovod was started with a tuning that cannot start again")
         busy = busy or collectives.busy() or ("it rests already" if _resting else "") or _timeline_busy()
+        _stopping = not busy
         stay = _agree(bool(busy))
         if stay is None:
             return {"resting": _resting, "busy": "the ranks did not agree in time: the pool stays awake", "seconds": 0}
@@ -90,6 +95,7 @@ def rest() -> dict[str, Any]:
             return {"resting": _resting, "busy": busy or "another rank is busy", "seconds": time.perf_counter() - t0}
         _stop()
     finally:
+        _stopping = False
         if locked:
             _lock.release()
     return {"resting": True, "seconds": time.perf_counter() - t0}
@@ -182,6 +188,7 @@ def _unused_for(after: float) -> bool:
 
 
 def _watch(comm: Any, after: float) -> None:
+    global _stopping
     from .. import outbox
 
     try:
@@ -197,9 +204,11 @@ def _watch(comm: Any, after: float) -> None:
             locked = _lock.acquire(blocking=False)
             try:
                 still = locked and _uses == uses and _unused_for(after)
+                _stopping = still
                 if not _any(comm, not still, None):
                     _stop()
             finally:
+                _stopping = False
                 if locked:
                     _lock.release()
     except Exception as exc:  # the pool works on without it, awake while idle in cells
@@ -372,7 +381,9 @@ def wake_on_first_use() -> None:
     """Have Horovod's collectives start it again where it rests, and its queries answered meanwhile (Horovod must
     be running). Idempotent."""
     _remember_answers()
-    compat.answer_queries(lambda name, args: _answers.get((name, *args) if args else name) if _resting else None)
+    compat.answer_queries(
+        lambda name, args: _answers.get((name, *args) if args else name) if _resting or _stopping else None
+    )
     compat.wrap_op_starters(lambda real, kind: _using_horovod(real, kind))
     compat.wrap_public(("join", "barrier"), _using_horovod)
     compat.wrap_public(("add_process_set", "remove_process_set"), _process_set_change)
