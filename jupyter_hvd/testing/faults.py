@@ -159,7 +159,8 @@ def campaign(cycles: int, seed: int, state_dir: Path, torch_distributed: bool = 
     kernel = psutil.Process(k.pid)
     healthy = HEALTHY_TORCH if torch_distributed else HEALTHY
     try:
-        start = "%hvd_start -np 2 --timeout 10" + (" --torch-distributed" if torch_distributed else "")
+        # The default --timeout, as a user's: a restart after a fault may take more than 10 s on a loaded machine.
+        start = "%hvd_start -np 2" + (" --torch-distributed" if torch_distributed else "")
         r = k.run(f"%load_ext jupyter_hvd\n{start}", timeout=120)
         if r.status != "ok":
             raise RuntimeError(r.error_text + r.stderr)
