@@ -30,8 +30,8 @@ from jupyter_hvd.testing import Kernel
 PHASES = r"""
 import time, statistics
 from jupyter_hvd.kernel.cell import run as _cell
-from jupyter_hvd.kernel.launch import pool as _pools
-_p = _pools.current()
+from jupyter_hvd.kernel.owner import current as _current
+_p = _current()
 _t = {{"magic": [], "cell_run": []}}
 _real_run = _cell.CellRun.run
 def _run(self, *a, **k):

@@ -82,7 +82,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     try:
         collect(k, "%load_ext jupyter_hvd\n%hvd_start -np 2")
-        collect(k, "from jupyter_hvd.kernel.launch import pool as _p\n_v = _p.current().client[:]\n_v.block = True")
+        collect(k, "from jupyter_hvd.kernel.owner import current\n_v = current().client[:]\n_v.block = True")
         collect(k, "_v.activate()")
         paths = [
             ("text view", "text", "%%hvd"),

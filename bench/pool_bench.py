@@ -101,9 +101,7 @@ def warm_loop(round_trips: int, rested_cells: int) -> tuple[list[dict], dict]:
             k.run(f"%config HvdPool.live_view = '{view}'")
             round_trips_of(f"%%hvd {flags}\npass", label)
         # ipyparallel's own magic on the same engines: the reference the targets were set against.
-        k.run(
-            "from jupyter_hvd.kernel.launch import pool\npool.current().client[pool.current().engine_ids()].activate()"
-        )
+        k.run("from jupyter_hvd.kernel.owner import current\ncurrent().client[current().engine_ids()].activate()")
         round_trips_of("%%px --stream\npass", "ipyparallel `%%px --stream pass`, same engines (reference)")
         s = summary(plain)
         rows.append(
@@ -120,7 +118,7 @@ def warm_loop(round_trips: int, rested_cells: int) -> tuple[list[dict], dict]:
         cells, over = [], []
         for _ in range(rested_cells):
             time.sleep(REST_WAIT_S)
-            r = k.run("from jupyter_hvd.kernel.launch import pool\nprint(pool.current().resting)")
+            r = k.run("from jupyter_hvd.kernel.owner import current\nprint(current().resting)")
             assert r.stdout.strip() == "True", f"the pool did not rest within {REST_WAIT_S} s"
             r = k.run("%%hvd --no-plot\npass")
             plain = k.run("pass")

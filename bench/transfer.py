@@ -23,7 +23,7 @@ from common import report, setup_env, summary
 
 from jupyter_hvd.testing import Kernel
 
-POOL = "from jupyter_hvd.kernel.launch import pool as _p\n_pool = _p.current()\n"
+POOL = "from jupyter_hvd.kernel.owner import current\n_pool = current()\n"
 METHODS = {
     "%hvd_pull": "get_ipython().run_line_magic('hvd_pull', 'big')",
     "ipyparallel view.pull": "big = _pool.client[_pool.ranks[0].engine_id].pull('big', block=True)",

@@ -36,18 +36,18 @@ def load_ipython_extension(ipython: Any) -> None:
 
     from .compat import check_ipykernel
     from .kernel.launch.options import defaults
-    from .kernel.lifecycle import stop_at_exit
     from .kernel.magics import HvdMagics
+    from .kernel.owner import owner
 
     if check_ipykernel():
         print(f"jupyter-hvd: {check_ipykernel()}")
     defaults(ipython)  # c.HvdPool from the config files, and `%config HvdPool.<option> = ...` from now on
     ipython.register_magics(HvdMagics)
-    atexit.register(stop_at_exit)
+    atexit.register(owner.stop_at_exit)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """`%unload_ext jupyter_hvd`: stop the pool (the magics stay registered, as IPython keeps them)."""
-    from .kernel.lifecycle import stop_at_exit
+    from .kernel.owner import owner
 
-    stop_at_exit()
+    owner.stop_at_exit()

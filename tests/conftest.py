@@ -83,7 +83,7 @@ def ip() -> Any:
 @pytest.fixture(scope="module")
 def pool(ip: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """A real 2-rank pool (MPI engines, Horovod initialised), stopped after the module."""
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
 
     # A module adds its own %hvd_start flags with POOL_FLAGS (e.g. --timeline).
     flags = getattr(request.module, "POOL_FLAGS", "")

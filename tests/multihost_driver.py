@@ -30,7 +30,7 @@ def emit(event: str, **data: object) -> None:
 def main() -> None:
     from IPython.testing.globalipapp import start_ipython
 
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
 
     start_line = sys.argv[1]
     # A kernel takes SIGINT as KeyboardInterrupt while a cell runs; this process may have inherited it ignored

@@ -87,8 +87,8 @@ def squatter(order: dict[str, Any], user: pwd.struct_passwd | None) -> tuple[sub
 
 INFO = """
 import json
-from jupyter_hvd.kernel.launch import pool as _p
-_pool = _p.current()
+from jupyter_hvd.kernel.owner import current
+_pool = current()
 _info = _pool.channel.info()
 print(json.dumps({"id": _pool.id, "directory": str(_pool.directory), "requests": _info["requests"],
     "events": _info["events"], "generation": _pool.channel.generation, "ranks": len(_pool.ranks),
@@ -584,7 +584,7 @@ def test_between_hosts_traffic_is_encrypted_and_only_the_pools_keys_get_in(ip, m
     import zmq
 
     from jupyter_hvd import wire
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
     from jupyter_hvd.kernel.launch.launcher import Launcher
 
     monkeypatch.setattr(Launcher, "encrypted", lambda self: True)

@@ -9,9 +9,9 @@ import pytest
 from conftest import Kernel, pool_processes, wait_until_gone
 from IPython.core.error import UsageError
 
+from jupyter_hvd.kernel import owner as pools
 from jupyter_hvd.kernel.errors import PoolError
 from jupyter_hvd.kernel.launch import launcher
-from jupyter_hvd.kernel.launch import pool as pools
 
 HAS_GPU = bool(shutil.which("nvidia-smi")) and launcher.visible_gpus() > 0
 

@@ -37,7 +37,7 @@ def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_repl
         assert r.status == "ok", r.error_text
         setup = f"%%hvd --setup\nimport os, time\nx = 1\nwhile os.path.exists({str(slow)!r}):\n    time.sleep(0.1)"
         assert k.run(setup).status == "ok"
-        pool_id = k.run("from jupyter_hvd.kernel.launch import pool\nprint(pool.current().id)").stdout.strip()
+        pool_id = k.run("from jupyter_hvd.kernel.owner import current\nprint(current().id)").stdout.strip()
         # Restart from the sidebar: the action file the Jupyter server writes, between cells.
         state.request_action(pool_id, "restart")
         deadline = time.monotonic() + 30
@@ -84,7 +84,7 @@ def test_what_a_users_thread_prints_between_cells_is_shown_under_the_next_cell()
             assert f"rank {rank} printed between cells:" in r.stderr and f"tick {rank} 4" in r.stderr, r.stderr
         # What ipyparallel itself runs on the engines (%%px on the pool's client) keeps its output in its cell.
         k.run(
-            "from jupyter_hvd.kernel.launch import pool\nv = pool.current().client[:]\nv.block = True\nv.activate()"
+            "from jupyter_hvd.kernel.owner import current\nv = current().client[:]\nv.block = True\nv.activate()"
         ).check()
         r = k.run("%%px\nprint('from px')").check()
         shown = sorted(o["data"]["text/plain"] for o in r.outputs)
@@ -103,10 +103,9 @@ def test_a_stop_while_a_restart_launches_engines_leaves_no_process():
         # The stop comes from another thread of the kernel (what a shutdown or an extension may do) the moment the
         # restart after the crash below begins.
         k.run(
-            "import threading, time\nfrom jupyter_hvd.kernel import lifecycle\n"
-            "from jupyter_hvd.kernel.launch import pool as _pools\n_p = _pools.current()\n"
+            "import threading, time\nfrom jupyter_hvd.kernel.owner import owner\n_p = owner.pool\n"
             "def _stop_when_restarting():\n    while _p.state != 'restarting':\n        time.sleep(0.01)\n"
-            "    time.sleep(0.5)\n    lifecycle.stop(_p)\n"
+            "    time.sleep(0.5)\n    owner.stop(_p)\n"
             "threading.Thread(target=_stop_when_restarting, daemon=True).start()"
         ).check()
         r = k.run("%%hvd\nimport os, time\nif rank == 1:\n    os._exit(3)\ntime.sleep(30)", timeout=120)

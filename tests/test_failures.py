@@ -172,9 +172,6 @@ class FakePool:
         self.lock = threading.RLock()
         self.stopped = False
         self.torch_distributed = False
-        self.where_asked = None
-        self.announcements: list[str] = []
-        self.pending_action: str | None = None
         self.newest_problem_shown = None
         self.cells_run = 0
         self.last_failed: list[int] = []
@@ -299,7 +296,7 @@ def test_a_dead_engine_loses_the_pool_and_the_caller_is_told_why(monkeypatch):
     failed = run(pool)
     assert isinstance(failed.lost, failures.Dead) and failed.lost.restarts
     assert failed.lost.message == "rank 1 (pid 101) died on signal 9 (Killed)"
-    assert failed.hint == ""  # the restart (kernel/lifecycle.py) says what to do next
+    assert failed.hint == ""  # the restart (kernel/owner.py) says what to do next
 
 
 def test_ranks_waiting_on_different_tensors_lose_the_pool(monkeypatch):

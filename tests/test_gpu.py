@@ -9,7 +9,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def test_ranks_are_pinned_to_their_gpu_and_use_nccl(ip):
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
 
     n = min(2, torch.cuda.device_count())
     ip.run_line_magic("hvd_start", f"-np {n}")
@@ -39,7 +39,7 @@ steps = [float(s["step"]) for s in opt.state.values()]"""
 
 def test_a_kept_cuda_model_and_its_optimizer_come_back_after_a_restart(ip):
     """Snapshots copy GPU tensors to the CPU; the restore loads them back into the rebuilt model on its GPU."""
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
 
     ip.run_line_magic("hvd_start", "-np 1")
     try:
@@ -61,7 +61,7 @@ def test_a_kept_cuda_model_and_its_optimizer_come_back_after_a_restart(ip):
 
 def test_a_kept_cuda_value_comes_back_on_each_ranks_own_gpu(ip):
     """A value kept by value (a dict holding a CUDA tensor) is restored on the restoring rank's device, not cuda:0."""
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
 
     n = min(2, torch.cuda.device_count())
     ip.run_line_magic("hvd_start", f"-np {n}")
@@ -82,7 +82,7 @@ def test_a_kept_cuda_value_comes_back_on_each_ranks_own_gpu(ip):
 
 def test_ddp_and_fsdp2_train_on_the_gpus_with_nccl(ip):
     """A --torch-distributed pool on GPU ranks: NCCL, DDP then FSDP2 train and their losses fall."""
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
 
     n = min(2, torch.cuda.device_count())
     ip.run_line_magic("hvd_start", f"-np {n} --torch-distributed")
@@ -127,7 +127,7 @@ on = str(net[0].weight.to_local().device)"""
 
 def test_kept_fsdp2_shards_on_the_gpu_come_back_after_a_restart(ip):
     """torch.distributed.checkpoint loads each rank's CUDA shards and Adam moments into the rebuilt FSDP2 model."""
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
 
     n = min(2, torch.cuda.device_count())
     ip.run_line_magic("hvd_start", f"-np {n} --torch-distributed")

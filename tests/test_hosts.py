@@ -82,10 +82,10 @@ def test_mpi_traffic_stays_on_the_controller_network():
 
 
 def test_start_magic_rejects_bad_hosts_before_starting_anything(ip):
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
 
     saved = pools.current()
-    pools.set_current(None)  # as if no pool were running, so the arguments themselves are checked
+    pools.owner.pool = None  # as if no pool were running, so the arguments themselves are checked
     try:
         with pytest.raises(UsageError, match="host:slots"):
             ip.run_line_magic("hvd_start", "-np 2 -H server1:zero")
@@ -96,18 +96,18 @@ def test_start_magic_rejects_bad_hosts_before_starting_anything(ip):
         with pytest.raises(UsageError, match="not both"):
             ip.run_line_magic("hvd_start", "-H a:1 --hostfile /etc/hosts")
     finally:
-        pools.set_current(saved)
+        pools.owner.pool = saved
 
 
 def test_an_address_of_another_host_is_explained(ip):
     """A wrong --ip stops the start before any controller runs: the user reads why, and nothing is left running."""
     import psutil
 
+    from jupyter_hvd.kernel import owner as pools
     from jupyter_hvd.kernel.errors import PoolError
-    from jupyter_hvd.kernel.launch import pool as pools
 
     saved = pools.current()
-    pools.set_current(None)
+    pools.owner.pool = None
     try:
         with pytest.raises(PoolError, match=r"--ip 198\.51\.100\.77 is not an address of this host"):
             ip.run_line_magic("hvd_start", "-np 2 --ip 198.51.100.77")
@@ -115,15 +115,15 @@ def test_an_address_of_another_host_is_explained(ip):
         left = [p.cmdline() for p in psutil.Process().children(recursive=True) if p.is_running()]
         assert not [c for c in left if "jupyter_hvd.processes.reaper" in c], left
     finally:
-        pools.set_current(saved)
+        pools.owner.pool = saved
 
 
 def test_pool_on_hosts_given_with_h_runs_here(ip):
     """`-H` with this host only (no root, no network needed): the multi-host launch path end to end."""
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
 
     saved = pools.current()
-    pools.set_current(None)
+    pools.owner.pool = None
     try:
         ip.run_line_magic("hvd_start", "-H localhost:2 --cpu --timeout 90")
         pool = pools.current()
@@ -138,4 +138,4 @@ def test_pool_on_hosts_given_with_h_runs_here(ip):
     finally:
         if pools.current() is not None:
             ip.run_line_magic("hvd_stop", "")
-        pools.set_current(saved)
+        pools.owner.pool = saved

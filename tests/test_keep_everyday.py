@@ -225,7 +225,7 @@ def test_a_snapshot_whose_files_are_gone_falls_back_to_the_one_before(kernel):
     assert "Last snapshot (#3)" in k.run("%hvd_keep").stdout  # every rank's part is written
     # The newest snapshot's files disappear (a cleaned disk): both ranks' parts of it.
     code = (
-        "from jupyter_hvd.kernel.launch import pool\nimport shutil\np = pool.current()\n"
+        "from jupyter_hvd.kernel.owner import current\nimport shutil\np = current()\n"
         "g = p.keeper.snapshots.newest()\nfor r, part in g.parts.items():\n"
         "    shutil.rmtree(p.directory / 'kept' / f'rank-{r}' / f'{part[0]:08d}-{part[1]:04d}')\nprint('@@', g.number)"
     )
@@ -266,7 +266,7 @@ def test_a_stopped_pool_started_again_keeps_its_snapshots_by_moving_them_not_cop
     assert k.run("%hvd_keep w").status == "ok"
     assert k.run("%%hvd\nw += 1 + rank").status == "ok"
     assert "Last snapshot (#2)" in k.run("%hvd_keep").stdout
-    where = "from jupyter_hvd.kernel.launch import pool\nprint('@@', pool.current().kept_dir)"
+    where = "from jupyter_hvd.kernel.owner import current\nprint('@@', current().kept_dir)"
     old = Path(k.run(where).stdout.split("@@ ")[1].strip())
     data = {f.name: (f.stat().st_ino, f.stat().st_nlink) for f in (old / "data").iterdir()}
     assert data and all(links > 1 for _, links in data.values()), data  # shared by the snapshots' links

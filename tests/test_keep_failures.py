@@ -143,7 +143,7 @@ def test_a_snapshot_cut_short_by_a_crash_leaves_no_half_written_file(kernel):
     r = k.run(crash, timeout=120)
     assert r.status == "error" and "died on signal 9" in r.error_text, r.error_text
     find = (
-        "from jupyter_hvd.kernel.launch import pool\nleft = sorted(str(p) for p in (pool.current().directory / 'kept')"
+        "from jupyter_hvd.kernel.owner import current\nleft = sorted(str(p) for p in (current().directory / 'kept')"
         ".rglob('.tmp-*'))\nprint('@@', left)"
     )
     deadline = time.monotonic() + 10

@@ -175,15 +175,15 @@ def test_push_and_pull_bad_input(ip, pool):
     ],
 )
 def test_bad_start_arguments(ip, pool, line, message):
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
 
     saved = pools.current()
-    pools.set_current(None)  # as if no pool were running, so the arguments themselves are checked
+    pools.owner.pool = None  # as if no pool were running, so the arguments themselves are checked
     try:
         with pytest.raises(UsageError, match=message):
             ip.run_line_magic("hvd_start", line)
     finally:
-        pools.set_current(saved)
+        pools.owner.pool = saved
 
 
 def test_second_start_is_refused(ip, pool):

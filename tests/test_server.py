@@ -146,7 +146,7 @@ async def test_actions_reach_the_pools_kernel(jp_fetch, state_dir, kernel_id):
         resp = await jp_fetch("jupyter-hvd", "pools", "hvd-1-1", action, method="POST", body="")
         assert resp.code == 202
         # The kernel's watcher takes this file within a second and carries the action out.
-        assert state.take_action("hvd-1-1") == action
+        assert state.take_action("hvd-1-1") == state.Ask(action)
     with pytest.raises(tornado.httpclient.HTTPClientError) as e:
         await jp_fetch("jupyter-hvd", "pools", "hvd-1-1", "execute", method="POST", body="")
     assert e.value.code == 400
@@ -251,7 +251,7 @@ async def test_browser_session_needs_the_xsrf_token(
         url, method="POST", body="", headers={"Cookie": cookie, "X-XSRFToken": xsrf}, raise_error=False
     )
     assert accepted.code == 202
-    assert state.take_action("hvd-6-6") == "interrupt"
+    assert state.take_action("hvd-6-6") is state.Ask.INTERRUPT
 
 
 async def test_pool_of_a_killed_kernel_is_stale_then_cleaned_up(jp_fetch, jp_serverapp, state_dir, registry):

@@ -174,7 +174,7 @@ import json, sys
 from IPython.testing.globalipapp import start_ipython
 ip = start_ipython()
 ip.run_line_magic("load_ext", "jupyter_hvd")
-from jupyter_hvd.kernel.launch import pool as pools
+from jupyter_hvd.kernel import owner as pools
 ip.run_line_magic("hvd_start", sys.argv[1])
 p = pools.current()
 launcher = p.launcher.engine_set()
@@ -348,7 +348,7 @@ import json, os, signal, sys
 from IPython.testing.globalipapp import start_ipython
 ip = start_ipython()
 ip.run_line_magic("load_ext", "jupyter_hvd")
-from jupyter_hvd.kernel.launch import pool as pools
+from jupyter_hvd.kernel import owner as pools
 ip.run_line_magic("hvd_start", sys.argv[1])
 p = pools.current()
 print("@@ " + json.dumps({"job": p.launcher.slurm_job(), "file": str(p.file.path)}), flush=True)

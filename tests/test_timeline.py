@@ -165,7 +165,7 @@ def test_fixed_tuning_pool_refuses_and_says_what_to_type(ip, pool, capsys):
 
 
 def test_tuning_flags_reach_the_engines_and_keep_horovod_awake(ip, pool, capsys):
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
 
     pool = pools.current()  # the fixed-tuning pool of the test before
     import time
@@ -201,7 +201,7 @@ def test_timeline_flag_is_not_needed_on_a_plain_pool(ip, pool, capsys):
     ip.run_line_magic("hvd_start", "-np 2 --env JUPYTER_HVD_TEST=yes --timeline")
     assert "--timeline is not needed" in capsys.readouterr().out
     ip.run_cell_magic("hvd", "", "import os\nenv = os.environ.get('HOROVOD_TIMELINE')")
-    from jupyter_hvd.kernel.launch import pool as pools
+    from jupyter_hvd.kernel import owner as pools
 
     p = pools.current()
     assert p.client[p.ranks[0].engine_id].pull("env", block=True) is None

@@ -82,8 +82,8 @@ both = (shards, moments)
 
 
 # The kept names whose DTensor shards each rank holds in a torch.distributed.checkpoint of its own (a .metadata).
-DCP_FILES = """from jupyter_hvd.kernel.launch import pool
-kept = pool.current().directory / 'kept'
+DCP_FILES = """from jupyter_hvd.kernel.owner import current
+kept = current().directory / 'kept'
 print('@@', sorted({(p.parts[-5], p.parts[-2]) for p in kept.glob('rank-*/*/dcp/*/.metadata')}))"""
 
 
@@ -370,8 +370,8 @@ bstate = ({k: v.to_local().clone() for k, v in big.state_dict().items()},
     after = pull_all(k, "bstate")
     for rank in (0, 1):
         assert same(after[rank], before[rank]), f"rank {rank} did not come back to the last whole snapshot"
-    find = """from jupyter_hvd.kernel.launch import pool
-kept = pool.current().directory / 'kept'
+    find = """from jupyter_hvd.kernel.owner import current
+kept = current().directory / 'kept'
 gens = [g for g in kept.glob('rank-*/*') if not g.name.startswith('.tmp-')]
 print('@@', sorted(str(p) for p in kept.rglob('.tmp-*')), [str(g) for g in gens if not (g / 'manifest').is_file()],
       [str(d) for g in gens for d in g.glob('dcp/*') if not (d / '.metadata').is_file()])"""

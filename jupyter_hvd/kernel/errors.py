@@ -37,7 +37,7 @@ class PoolError(Exception):
 class CellFailed(PoolError):
     """A `%%hvd` cell failed on one or more ranks (the rendered text already groups identical errors); `interrupted`:
     it ended because the user interrupted it; `lost`: the pool was lost with it, and must be restarted
-    (kernel/lifecycle.py does, and says what came back)."""
+    (kernel/owner.py does, and says what came back)."""
 
     def __init__(self, message: str, hint: str = "", interrupted: bool = False, lost: Failure | None = None) -> None:
         super().__init__(message, hint)

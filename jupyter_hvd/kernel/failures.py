@@ -4,7 +4,7 @@ pool mends it.
 
 The cell's wait (kernel/cell/run.py), push and pull (kernel/transfer.py), where (kernel/diagnose/where.py) and the
 debugger (kernel/diagnose/debugger.py) all ask the same detectors. A failure that needs a restart travels as
-`PoolLost` to the owner of the pool's life (kernel/lifecycle.py), which restarts the pool and says what came back.
+`PoolLost` to the owner of the pool's life (kernel/owner.py), which restarts the pool and says what came back.
 A rank's own exception is not here: the rank reports it, and errors.py groups it for the notebook.
 """
 
@@ -52,7 +52,7 @@ class Failure:
 
 
 class PoolLost(Exception):
-    """A failure only a restart of the pool mends (kernel/lifecycle.py restarts it)."""
+    """A failure only a restart of the pool mends (kernel/owner.py restarts it)."""
 
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.message)

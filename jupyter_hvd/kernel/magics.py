@@ -13,9 +13,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import TraitError
 
-from .. import wire
 from ..widgets import view_for_cell
-from . import lifecycle
 from . import transfer as hvd_transfer
 from .cell.run import CellOptions, next_number
 from .diagnose import debugger as hvd_debugger
@@ -24,10 +22,12 @@ from .diagnose import timeline as hvd_timeline
 from .diagnose import where as hvd_where
 from .errors import PoolError, syntax_error_lines
 from .failures import PoolLost
-from .keep import bring_back, export
-from .launch import pool as pools
+from .keep import export
+from .keep.service import Keep
 from .launch import slurm
 from .launch.options import options_from, setting, start_arguments
+from .launch.pool import Pool
+from .owner import owner
 from .ranks import parse_ranks
 from .words import size_text
 
@@ -85,17 +85,22 @@ def _cell_id(shell: Any) -> str:
     return str(((parent or {}).get("metadata") or {}).get("cellId") or "")
 
 
-def require_pool() -> pools.Pool:
+def require_pool() -> Pool:
     """The running pool, or a UsageError telling the user how to start one."""
-    pool = pools.current()
+    pool = owner.pool
     if pool is not None and pool.stopped:
         raise UsageError("The pool was stopped (its restart failed). Type %hvd_restart to start it again.")
     if pool is None or pool.view is None:
-        why = f" ({pools.last_words})" if pools.last_words else ""
-        raise UsageError(f"No jupyter-hvd pool is running{why}. Start one first: %hvd_start -np 2")
-    while pool.announcements and pool.busy_cell is None:  # said here too: a line magic may come first
-        print(f"jupyter-hvd: {pool.announcements.pop(0)}", file=sys.stderr, flush=True)
+        raise UsageError(f"No jupyter-hvd pool is running{_last_words()}. Start one first: %hvd_start -np 2")
+    if pool.busy_cell is None:  # said here too: a line magic may come first
+        owner.notices.say()
     return pool
+
+
+def _last_words() -> str:
+    """Why the last pool ended, where it ended outside any cell, as ' (...)'; else ''."""
+    why = owner.notices.last_words
+    return f" ({why})" if why else ""
 
 
 @magics_class
@@ -120,7 +125,7 @@ class HvdMagics(Magics):
         args = _parse(self.hvd_start, line)
         if args is None:
             return None
-        existing = pools.current()
+        existing = owner.pool
         if existing is not None:
             raise UsageError(
                 f"A pool of {existing.options.np} ranks is already running. "
@@ -140,7 +145,7 @@ class HvdMagics(Magics):
             print("--timeline is not needed: %%hvd --timeline works on this pool as it is (ignored).", flush=True)
         t0 = time.monotonic()
         print(f"Starting {options.np} ranks under mpiexec...", flush=True)
-        pool = lifecycle.start(options)
+        pool = owner.start(options)
         print(f"Pool ready in {time.monotonic() - t0:.1f} s: {options.np} ranks, {pool.initialised()}.")
         print(pool.table())
 
@@ -221,10 +226,10 @@ class HvdMagics(Magics):
         if args.timeline is not None:
             if not pool.horovod:
                 raise UsageError("--timeline records Horovod's timeline, and this pool has no Horovod: use --profile.")
-            return hvd_timeline.record(pool, args.timeline, lambda: lifecycle.run_cell(pool, source, options))
+            return hvd_timeline.record(pool, args.timeline, lambda: owner.run_cell(pool, source, options))
         if args.profile is not None:
-            return hvd_profile.record(pool, args.profile, lambda: lifecycle.run_cell(pool, source, options))
-        return lifecycle.run_cell(pool, source, options)
+            return hvd_profile.record(pool, args.profile, lambda: owner.run_cell(pool, source, options))
+        return owner.run_cell(pool, source, options)
 
     @line_magic
     @magic_arguments()
@@ -253,7 +258,7 @@ class HvdMagics(Magics):
         except hvd_transfer.TransferError as exc:
             raise UsageError(str(exc)) from None
         try:
-            bring_back.journal_push(pool, payload, _prompt(self.shell), _cell_id(self.shell))
+            Keep(pool).journal_push(payload, _prompt(self.shell), _cell_id(self.shell))
         except OSError as exc:
             print(
                 f"jupyter-hvd: pushed, but {', '.join(names)} could not be kept for a replay after a restart "
@@ -292,10 +297,9 @@ class HvdMagics(Magics):
         """Show the pool: its options and every rank with its host, pid, device and state."""
         if _parse(self.hvd_status, line) is None:
             return
-        pool = pools.current()
+        pool = owner.pool
         if pool is None:
-            why = f" ({pools.last_words})" if pools.last_words else ""
-            print(f"No jupyter-hvd pool is running{why}. Start one with %hvd_start -np 2")
+            print(f"No jupyter-hvd pool is running{_last_words()}. Start one with %hvd_start -np 2")
             return
         if pool.stopped:
             print("The pool is stopped (its restart failed). %hvd_restart starts it again with the same options.")
@@ -336,14 +340,14 @@ class HvdMagics(Magics):
         args = _parse(self.hvd_restart, line)
         if args is None:
             return
-        pool = pools.current()
+        pool = owner.pool
         if pool is None:
             raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
         t0 = time.monotonic()
         try:
-            pool, came_back = lifecycle.restart(pool, fresh=args.fresh)
+            pool, came_back = owner.restart(pool, fresh=args.fresh)
         except KeyboardInterrupt:
-            now = pools.current()
+            now = owner.pool
             raise PoolError(now.interrupted_restart() if now is not None else "The restart was interrupted.") from None
         print(f"Pool restarted in {time.monotonic() - t0:.1f} s: {came_back}.")
         print(pool.table())
@@ -363,25 +367,18 @@ class HvdMagics(Magics):
         if args is None:
             return
         pool = require_pool()
-        keeper = pool.keeper
-        with pool.lock:
-            if args.forget:
-                unknown = keeper.forget(args.names)
-                if unknown:
-                    print(f"Not kept: {', '.join(unknown)}.")
-                bring_back.configure(pool)
-            elif args.names:
-                keeper.keep(args.names)
-                bring_back.configure(pool)
-                gen = (next_number(), 0)
-                # A snapshot now, behind whatever the ranks were asked before.
-                pool.channel.send_all(wire.Commit(_prompt(self.shell), gen))  # type: ignore[union-attr]
-            if pool.channel is not None:
-                pool.channel.settle(len(pool.ranks))  # every rank's part is written (a Pong follows its Committed)
-        for news in keeper.snapshots.news:
-            print(f"jupyter-hvd: {news}", file=sys.stderr, flush=True)
-        keeper.snapshots.news.clear()
-        print(keeper.listing())
+        keep = Keep(pool)
+        if args.forget:
+            unknown = keep.forget(args.names)
+            if unknown:
+                print(f"Not kept: {', '.join(unknown)}.")
+        elif args.names:
+            keep.keep(args.names, _prompt(self.shell))
+        else:
+            with pool.lock:
+                keep.settle()
+        keep.say_news()
+        print(pool.keeper.listing())
 
     @line_magic
     @magic_arguments()
@@ -421,13 +418,7 @@ class HvdMagics(Magics):
         """List the snapshots of the kept names: number, where they were taken, age, size, names and tags."""
         if _parse(self.hvd_snapshots, line) is None:
             return
-        pool = require_pool()
-        with pool.lock:
-            if pool.channel is not None:
-                pool.channel.drain()
-                for rank, prune in pool.keeper.snapshots.expire().items():
-                    pool.channel.send(rank, prune)
-        print(pool.keeper.snapshots.listing(pool.disk_used()))
+        print(Keep(require_pool()).listing())
 
     @line_magic
     @magic_arguments()
@@ -441,22 +432,19 @@ class HvdMagics(Magics):
         if args is None:
             return
         pool = require_pool()
-        snapshots = pool.keeper.snapshots
+        keep = Keep(pool)
         if not pool.keeper.names:
             raise UsageError("Nothing is kept: %hvd_keep NAME [NAME ...] first.")
-        with pool.lock:
-            if pool.channel is not None:
-                pool.channel.settle(len(pool.ranks))  # every part written so far is known
         try:
-            generation = snapshots.find(args.snapshot) if args.snapshot is not None else snapshots.newest()
+            generation = keep.find(args.snapshot)
         except LookupError as exc:
             raise UsageError(f"%hvd_rewind {args.snapshot}: {exc}. %hvd_snapshots lists them.") from None
         if generation is None:
             raise UsageError("There is no snapshot yet: one is taken at the end of the next successful %%hvd cell.")
         try:
-            said = bring_back.rewind(pool, generation)
+            said = keep.rewind(generation)
         except PoolLost as lost:
-            raise PoolError(f"The rewind lost the pool. {lifecycle.after_loss(pool, lost.failure.message)}") from None
+            raise PoolError(f"The rewind lost the pool. {owner.after_loss(pool, lost.failure.message)}") from None
         print(f"Rewound to snapshot #{generation.number}: {said}.")
 
     @line_magic
@@ -521,9 +509,9 @@ class HvdMagics(Magics):
         """Stop the pool: engines, mpiexec and controller all exit."""
         if _parse(self.hvd_stop, line) is None:
             return
-        pool = pools.current()
+        pool = owner.pool
         if pool is None:
             print("No jupyter-hvd pool is running.")
             return
-        lifecycle.stop(pool)
+        owner.stop(pool)
         print("Pool stopped.")

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import psutil
 
 from .. import state
+from .asks import Ask, Asks
 from .diagnose import where
 
 log = logging.getLogger("jupyter_hvd")
@@ -67,7 +68,6 @@ class Watched(where.Pool, Protocol):
     """What the watcher uses of a pool (kernel/launch/pool.py)."""
 
     id: str
-    pending_action: str | None
 
     def note_problem(self, text: str) -> None: ...
 
@@ -81,12 +81,13 @@ class Watched(where.Pool, Protocol):
 
 
 class PoolWatcher(threading.Thread):
-    """Samples rank stats and takes sidebar actions for one pool, until `stop()`. `act` carries out a Restart or Stop
-    (kernel/lifecycle.py), on the kernel's main loop."""
+    """Samples rank stats and takes the sidebar's asks for one pool, until `stop()`: into `asks` where the running cell
+    takes them; `act` carries out a Restart or Stop between cells (kernel/owner.py), on the kernel's main loop."""
 
-    def __init__(self, pool: Watched, act: Callable[[str], None]) -> None:
+    def __init__(self, pool: Watched, asks: Asks, act: Callable[[Ask], None]) -> None:
         super().__init__(name=f"jupyter-hvd watcher {pool.id}", daemon=True)
         self.pool = pool
+        self.asks = asks
         self._act = act
         self._stopped = threading.Event()
         self._poked = threading.Event()
@@ -135,9 +136,9 @@ class PoolWatcher(threading.Thread):
         """One round: take a pending action and sample the ranks (once a second), write the state file."""
         if time.monotonic() - self._last_sample >= PERIOD_S:
             self._last_sample = time.monotonic()
-            action = state.take_action(self.pool.id)
-            if action:
-                self.carry_out(action)
+            ask = state.take_action(self.pool.id)
+            if ask is not None:
+                self.carry_out(ask)
                 if self._stopped.is_set():
                     return
             self.pool.update_rank_stats(self.sample(), publish=False)
@@ -146,27 +147,26 @@ class PoolWatcher(threading.Thread):
             self.pool.rest_if_idle()
         self.pool.write_file()
 
-    def carry_out(self, action: str) -> None:
-        pool = self.pool
-        if action in ("where", "where-full"):
-            pool.where_asked = action == "where-full"
+    def carry_out(self, ask: Ask) -> None:
+        if ask in (Ask.WHERE, Ask.WHERE_FULL):
+            self.asks.put(ask)
             self.answer_where()
             return
-        if action == "interrupt" or pool.busy_cell is not None:
+        if ask is Ask.INTERRUPT or self.pool.busy_cell is not None:
             # A running cell takes it on the main thread within a tick, and ends through its own wind-down;
             # restart/stop then run after it. An interrupt with no cell running has nothing to stop.
-            if action != "interrupt" or pool.busy_cell is not None:
-                pool.pending_action = action
+            if ask is not Ask.INTERRUPT or self.pool.busy_cell is not None:
+                self.asks.put(ask)
             return
         if self._main_loop is not None and not self._main_loop.is_closed():
-            self._main_loop.call_soon_threadsafe(self._act, action)
+            self._main_loop.call_soon_threadsafe(self._act, ask)
         else:
-            self._act(action)
+            self._act(ask)
 
     def answer_where(self) -> None:
         """The sidebar's Where, between cells (a running cell answers it itself, under the cell)."""
-        if self.pool.where_asked is not None and self.pool.busy_cell is None:
-            where.answer_sidebar(self.pool)
+        if self.asks.where() is not None and self.pool.busy_cell is None:
+            where.answer_sidebar(self.pool, self.asks)
 
     def sample(self) -> dict[int, dict[str, Any]]:
         """CPU %, RSS and GPU memory of every local rank's process, keyed by rank."""

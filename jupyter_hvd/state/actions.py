@@ -8,12 +8,24 @@ only ask for these.
 
 from __future__ import annotations
 
+import enum
 import time
 from pathlib import Path
 
 from .private import checked_pool_id, read_pool, remove, state_dir, write_json
 
-ACTIONS = ("interrupt", "restart", "stop", "where", "where-full")
+
+class Ask(enum.Enum):
+    """What the sidebar may ask of a pool."""
+
+    INTERRUPT = "interrupt"
+    RESTART = "restart"
+    STOP = "stop"
+    WHERE = "where"
+    WHERE_FULL = "where-full"
+
+
+ACTIONS = tuple(ask.value for ask in Ask)
 
 
 def action_file(pool_id: str) -> Path:
@@ -28,11 +40,11 @@ def request_action(pool_id: str, action: str) -> None:
     write_json(action_file(pool_id), {"action": action, "requested": time.time()})
 
 
-def take_action(pool_id: str) -> str | None:
+def take_action(pool_id: str) -> Ask | None:
     """The pending action for pool `pool_id`, removed so it is carried out once; None if there is none, or if the
     file is not this user's own (read_pool refuses it)."""
     path = action_file(pool_id)
     data = read_pool(path)
     remove(path)
     action = data.get("action") if data else None
-    return action if action in ACTIONS else None
+    return Ask(action) if action in ACTIONS else None

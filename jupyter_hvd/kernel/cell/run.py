@@ -27,6 +27,7 @@ from ... import wire
 from ...digest import Digest
 from ...widgets import CellView, plain_view
 from .. import failures
+from ..asks import Asks
 from ..channel import ChannelError
 from ..diagnose import debugger, where
 from ..errors import CellFailed, group_errors, name_cell
@@ -95,8 +96,9 @@ class _RankRun:
 class CellRun:
     """One execution of a cell on the pool. Use `run()`; it returns rank 0's value or raises CellFailed."""
 
-    def __init__(self, pool: Pool, source: str, options: CellOptions) -> None:
+    def __init__(self, pool: Pool, source: str, options: CellOptions, asks: Asks | None = None) -> None:
         self.pool = pool
+        self.asks = asks  # the sidebar's Interrupt, Restart, Stop and Where (None: a cell the sidebar cannot reach)
         self.source = source
         self.options = options
         self.number = next(_cell_numbers)  # events of this cell carry it; earlier cells' late events are dropped
@@ -112,7 +114,7 @@ class CellRun:
         self._next_liveness_check = time.monotonic() + TICK_S
         self._stderr_tail = ""  # recent stderr of the shown ranks, where Horovod's stall report lands
         self.unclean_join: Failure | None = None  # a rank's join left Horovod unfit for the next cell
-        self.lost: Failure | None = None  # what lost the pool: the caller restarts it (kernel/lifecycle.py)
+        self.lost: Failure | None = None  # what lost the pool: the caller restarts it (kernel/owner.py)
         self.ended_by: Failure | None = None  # why the cell was ended on every rank: uneven collectives, a time limit
         self._frozen_since: dict[int, float] = {}
         self._started = time.monotonic()
@@ -138,9 +140,6 @@ class CellRun:
             channel.between.clear()
             for rank, text in sorted(by_rank.items()):
                 print(f"jupyter-hvd: rank {rank} printed between cells:\n{text.rstrip()}", file=sys.stderr, flush=True)
-        while self.pool.announcements:  # what happened between cells (a sidebar action)
-            print(f"jupyter-hvd: {self.pool.announcements.pop(0)}", file=sys.stderr, flush=True)
-        say_snapshot_news(self.pool)
         for r in self.pool.ranks:
             self.runs[r.rank] = _RankRun(r.rank)
         try:
@@ -178,8 +177,8 @@ class CellRun:
                 "The pool was stopped (from the sidebar, or by a failed restart).", "%hvd_restart starts it again."
             )
         with self.pool.lock:
-            if self.pool.pending_action == "interrupt":
-                self.pool.pending_action = None  # it came for the cell before this one
+            if self.asks is not None:
+                self.asks.take_interrupt()  # it came for the cell before this one
             first_line = next((ln for ln in self.source.splitlines() if ln.strip()), "")
             self.pool.set_state("running", first_line[:120], publish=False)
             self.pool.file.nonfinite = None
@@ -198,8 +197,7 @@ class CellRun:
                         {r: {"last_line": ln} for r, ln in self.figures.last_lines.items()}, publish=False
                     )
                     self.pool.set_state("idle", publish=self._shown_running)
-            if self.pool.pending_action == "interrupt":  # the sidebar's Interrupt ended it (kernel/watcher.py)
-                self.pool.pending_action = None
+            if self.asks is not None and self.asks.take_interrupt():  # the sidebar's Interrupt ended it
                 self.interrupted_by = "from the sidebar"
         return self._finish()
 
@@ -244,12 +242,14 @@ class CellRun:
         if time.monotonic() >= self._next_liveness_check:  # psutil per rank: not on every event
             self._next_liveness_check = time.monotonic() + TICK_S
             self._check_liveness()
-        if self.pool.pending_action is not None and self.reason is None:  # the sidebar's Interrupt, Restart or Stop
+        asks = self.asks
+        if asks is not None and asks.ending() is not None and self.reason is None:  # Interrupt, Restart or Stop
             self.interrupted_by = "from the sidebar"
             self._begin_wind_down("interrupt")
-        if self.pool.where_asked is not None and self.reason is None:  # the sidebar's Where: said under the cell
-            full, self.pool.where_asked = self.pool.where_asked, None
-            self._say_where("the sidebar asked", full)
+        if asks is not None and asks.where() is not None and self.reason is None:  # Where: said under the cell
+            full = asks.take_where()
+            if full is not None:
+                self._say_where("the sidebar asked", full)
         if self.reason is None and not self._in_debugger:  # a rank in pdb keeps the others waiting, on purpose
             self._check_mismatch()
         limit = self.options.time_limit
@@ -569,13 +569,6 @@ def _unpickled(value: bytes) -> Any:
 class _Note(str):
     def __repr__(self) -> str:
         return str(self)
-
-
-def say_snapshot_news(pool: Pool) -> None:
-    """What the snapshots had to say (a name that cannot be kept, ranks that differ), once each."""
-    news = pool.keeper.snapshots.news
-    while news:
-        print(f"jupyter-hvd: {news.pop(0)}", file=sys.stderr, flush=True)
 
 
 def next_number() -> int:

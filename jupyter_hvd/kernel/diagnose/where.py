@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from ... import state, wire
 from .. import failures
+from ..asks import Asks
 from ..channel import CellChannel, ChannelError
 from ..launch.hosts import is_this_host
 from ..launch.pool_file import PoolFile
@@ -46,7 +47,6 @@ class Pool(failures.Processes, Protocol):
     file: PoolFile
     lock: Any
     busy_cell: str | None
-    where_asked: bool | None
 
     def publish(self) -> None: ...
 
@@ -242,16 +242,17 @@ def indented(text: str) -> str:
     return "\n".join(f"  {line}" for line in text.splitlines())
 
 
-def answer_sidebar(pool: Pool) -> bool:
+def answer_sidebar(pool: Pool, asks: Asks) -> bool:
     """The sidebar's Where, between cells (from the watcher's thread): into the pool file; False when the pool is busy
     (a cell that runs takes it itself, a restart leaves it for later)."""
-    full = pool.where_asked
-    if full is None or not pool.lock.acquire(blocking=False):
+    if asks.where() is None or not pool.lock.acquire(blocking=False):
         return False
     try:
-        if pool.busy_cell is not None or pool.where_asked is None:
+        if pool.busy_cell is not None:
             return False
-        pool.where_asked = None
+        full = asks.take_where()
+        if full is None:
+            return False
         report(pool, "the sidebar asked", full)
         return True
     finally:

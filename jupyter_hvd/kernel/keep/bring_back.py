@@ -6,8 +6,8 @@ A crash while coming back (an engine that dies during the replay or the restore)
 comes back again from the same snapshot, a few times at most. A replay or a restore that fails pins the snapshot it
 could not restore: it is not dropped for newer ones, and the next restart (once the cause is mended) restores it.
 
-Runs in the user's kernel. kernel/lifecycle.py calls `bring_back` after every restart; `rewind` is what %hvd_rewind
-does.
+Runs in the user's kernel, behind the keep service (kernel/keep/service.py): `bring_back` after every restart,
+`rewind` for %hvd_rewind.
 """
 
 from __future__ import annotations

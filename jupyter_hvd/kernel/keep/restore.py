@@ -44,7 +44,7 @@ def run_quietly(pool: Pool, source: str, count: int | None = None, every_value: 
     try:
         return CellRun(pool, source, options).run(), ""
     except CellFailed as exc:
-        if exc.lost is not None:  # whoever asked restarts the pool (kernel/keep/bring_back.py, kernel/lifecycle.py)
+        if exc.lost is not None:  # whoever asked restarts the pool (kernel/keep/service.py, kernel/owner.py)
             raise PoolLost(exc.lost) from None
         if exc.interrupted:  # the stop button: what runs quietly for the user stops too
             raise KeyboardInterrupt from None

@@ -1,5 +1,6 @@
-"""The engine pool's life: started (processes launched, Horovod initialised on every engine, the cell channel
-connected), idle or running a cell, resting, restarted, stopped. One pool per kernel: `current()`.
+"""The record of what runs: a pool's ranks, its cell channel, its launcher and its pool file, and how its processes
+are launched (Horovod initialised on every engine, the cell channel connected), replaced and ended. Its life (when
+to start, restart, stop) is the owner's (kernel/owner.py).
 
 Runs in the user's kernel. Processes are the launcher's (kernel/launch/launcher.py), the pool file the writer's
 (kernel/launch/pool_file.py), cells the cell runner's (kernel/cell/run.py).
@@ -30,7 +31,7 @@ from .options import HvdPool
 from .pool_file import PoolFile
 from .rendezvous import Rendezvous
 
-if TYPE_CHECKING:  # the owner (kernel/lifecycle.py) gives the pool these; the record only holds them
+if TYPE_CHECKING:  # the owner (kernel/owner.py) gives the pool these; the record only holds them
     from ..keep.journal import Keeper
     from ..watcher import PoolWatcher
 
@@ -60,7 +61,7 @@ def deferred_interrupts() -> Iterator[None]:
 
 
 class Pool:
-    """A running engine pool. Started, restarted and stopped by kernel/lifecycle.py."""
+    """A running engine pool. Started, restarted and stopped by its owner (kernel/owner.py)."""
 
     def __init__(self, options: HvdPool, keeper: Keeper) -> None:
         self.options = options
@@ -76,8 +77,6 @@ class Pool:
         self.busy_cell: str | None = None
         self.cells_run = 0
         self.lock = threading.RLock()  # held while a cell runs or the pool restarts/stops
-        self.pending_action: str | None = None  # a sidebar restart/stop that waits for the running cell to end
-        self.where_asked: bool | None = None  # the sidebar's Where (True: with library frames), until answered
         self._idle_since = time.monotonic()
         self.resting = False  # Horovod is stopped on every rank until the next cell (engine/horovod/rest.py)
         self.watcher: PoolWatcher | None = None
@@ -91,7 +90,6 @@ class Pool:
         self._rendezvous: Rendezvous | None = None  # the store this kernel serves to a process group across hosts
         self.coming_back = ""  # what the restart brings back at the moment ("replaying setup entry 2 of 3")
         self.last_failed: list[int] = []  # the ranks that raised in the last failed cell (%hvd_debug's default)
-        self.announcements: list[str] = []  # what happened between cells (a sidebar action): said under the next cell
         self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
     # ---- what the pool file shows (kernel/launch/pool_file.py reads these) ----------------------------------------
@@ -146,7 +144,7 @@ class Pool:
     def client(self) -> ipp.Client | None:
         return self.launcher.client
 
-    # ---- lifecycle -----------------------------------------------------------------------------------------
+    # ---- launching and ending -------------------------------------------------------------------------------
 
     @classmethod
     def start(cls, options: HvdPool, keeper: Keeper) -> Pool:
@@ -175,7 +173,7 @@ class Pool:
             pool._start_engines()
         except BaseException:
             with deferred_interrupts():  # a second Ctrl-C must not leave half of the processes behind
-                pool.stop()
+                pool.end()
             raise
         return pool
 
@@ -298,7 +296,7 @@ class Pool:
 
     def replace_engines(self, planned: bool = False) -> None:
         """Replace every engine with a fresh one (same options), Horovod initialised again. What comes back is
-        kernel/keep/bring_back.py's job, the restart as a whole kernel/lifecycle.py's.
+        the keep service's job (kernel/keep/service.py), the restart as a whole the owner's (kernel/owner.py).
 
         `planned` (asked for, not a lost pool): the engines first finish what they were asked, so a snapshot being
         written is not lost. A restart that fails stops the whole pool (half a pool would fail every later cell in
@@ -317,7 +315,7 @@ class Pool:
                 self._start_engines()
             except BaseException as exc:
                 with deferred_interrupts():
-                    self._end(keep_directory=True)  # stays the kernel's pool, stopped: %hvd_restart starts it again
+                    self.end(keep_directory=True)  # stays the kernel's pool, stopped: %hvd_restart starts it again
                 if isinstance(exc, PoolError):
                     raise PoolError(
                         f"The restart failed: {exc.message} The pool was stopped.",
@@ -352,20 +350,9 @@ class Pool:
             "bring back is not all there. %hvd_restart brings it all back (%hvd_restart --fresh starts empty)."
         )
 
-    def said_goodbye(self, why: str) -> None:
-        """Why this pool ended outside any cell: said when the notebook next asks for a pool."""
-        global last_words
-        if current() is None:
-            last_words = why
-
-    def stop(self) -> None:
-        """Stop engines and controller, leave no process behind; the kernel has no pool any more, from the moment
-        the stop is asked (a restart the stop cuts short, on another thread, then fails into no pool at all)."""
-        if current() is self:
-            set_current(None)
-        self._end()
-
-    def _end(self, keep_directory: bool = False) -> None:
+    def end(self, keep_directory: bool = False) -> None:
+        """Stop engines and controller, leave no process behind; the pool's directory (its snapshots) goes too unless
+        `keep_directory` (a failed restart: %hvd_restart starts the pool again with them)."""
         self.stopped = True
         try:
             if self.watcher is not None:
@@ -512,19 +499,3 @@ class Pool:
     def table(self) -> str:
         """The pool's ranks as a fixed-width text table."""
         return rank_table(self.ranks)
-
-
-_current: Pool | None = None
-last_words = ""  # why the kernel's last pool ended, where it ended outside any cell (the sidebar's Stop)
-
-
-def current() -> Pool | None:
-    """The pool of this kernel, if one is running."""
-    return _current
-
-
-def set_current(pool: Pool | None) -> None:
-    global _current, last_words
-    _current = pool
-    if pool is not None:
-        last_words = ""
