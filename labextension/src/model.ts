@@ -95,6 +95,8 @@ export interface IPool {
   started?: number;
   /** When the running engines started (epoch s): a restart starts new ones. */
   engines_started?: number;
+  /** When the running (or last) %%hvd cell started (epoch s); 0 before the first. */
+  cell_started?: number;
   /** Seconds since the running engines started. */
   uptime: number;
   updated_age: number;
@@ -110,6 +112,8 @@ export interface IPool {
   kept?: string[];
   snapshots?: number;
   kept_bytes?: number;
+  /** Entries of the setup journal (%%hvd --setup cells, %hvd_push): a restart replays them. */
+  journal_entries?: number;
 }
 
 export interface IPoolList {
