@@ -138,17 +138,28 @@ export function formatDuration(seconds: number | null | undefined): string {
   return m ? `${h} h ${m} min` : `${h} h`;
 }
 
-/** Megabytes as "812 MB" or "3.2 GB". */
-/** "Kept: model, opt · 3 snapshots · 286 MB", or '' where nothing is kept. */
+/** "Kept: model, opt · 3 snapshots · 286 MB on disk", or '' where nothing is kept. Non-breaking spaces keep
+ * "3 snapshots" and "286 MB on disk" on one line each in the narrow sidebar. */
 export function formatKept(p: IPool): string {
   if (!p.kept || !p.kept.length) {
     return '';
   }
-  const n = p.snapshots || 0;
-  const size = formatMegabytes((p.kept_bytes || 0) / 2 ** 20);
-  return `Kept: ${p.kept.join(', ')} · ${n} snapshot${n === 1 ? '' : 's'} · ${size} on disk`;
+  const together = (text: string) => text.replace(/ /g, '\u00a0');
+  const size = `${formatBytes(p.kept_bytes || 0)} on disk`;
+  return `Kept: ${p.kept.join(', ')} · ${together(plural(p.snapshots || 0, 'snapshot'))} · ${together(size)}`;
 }
 
+/** "1 snapshot", "3 snapshots". */
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+/** Bytes on disk as "286 MB" or "3.2 GB"; "< 1 MB" for a few bytes (not "0 MB", which reads as nothing). */
+export function formatBytes(bytes: number): string {
+  return bytes > 0 && bytes < 2 ** 20 ? '< 1 MB' : formatMegabytes(bytes / 2 ** 20);
+}
+
+/** Megabytes as "812 MB" or "3.2 GB". */
 export function formatMegabytes(mb: number | null | undefined): string {
   if (mb === null || mb === undefined) {
     return '–';

@@ -116,7 +116,10 @@ describe('actions', () => {
   it('says what is kept, how many snapshots and the disk they take', () => {
     expect(formatKept(pool())).toBe('');
     expect(formatKept(pool({ kept: ['model', 'opt'], snapshots: 3, kept_bytes: 300 * 2 ** 20 }))).toBe(
-      'Kept: model, opt · 3 snapshots · 300 MB on disk'
+      'Kept: model, opt · 3\u00a0snapshots · 300\u00a0MB\u00a0on\u00a0disk'
+    );
+    expect(formatKept(pool({ kept: ['model'], snapshots: 1, kept_bytes: 730 }))).toBe(
+      'Kept: model · 1\u00a0snapshot · <\u00a01\u00a0MB\u00a0on\u00a0disk' // not "0 MB": something is on disk
     );
   });
 

@@ -143,7 +143,7 @@ describe('sidebar rendering', () => {
       'Where the ranks were at 10:42:07 (the sidebar asked)'
     );
     expect(root.querySelector('.jp-HvdPool-wherePlaces')!.textContent).toContain("rank 1: in f()");
-    expect(root.querySelector('.jp-HvdPool-kept')!.textContent).toBe('Kept: model · 1 snapshot · 1 MB on disk');
+    expect(root.querySelector('.jp-HvdPool-kept')!.textContent).toBe('Kept: model · 1\u00a0snapshot · 1\u00a0MB\u00a0on\u00a0disk');
   });
 
   it("disables a pool's buttons while an action asked for from here runs, and says what it waits for", () => {
