@@ -371,19 +371,105 @@ export function allowedActions(p: IPool): Action[] {
   return ACTIONS;
 }
 
+/** What a destructive action asks before it runs: the dialog's title, its paragraphs, and the button that goes on. */
+export interface IConfirmation {
+  title: string;
+  lines: string[];
+  accept: string;
+}
+
+/** "the setup journal's 2 entries", or, from a server that does not say how many, the journal by its contents. */
+function journalWords(p: IPool): string {
+  const n = p.journal_entries;
+  if (n === undefined || n === null) {
+    return 'the setup journal (%%hvd --setup cells, %hvd_push), if any';
+  }
+  return n === 1 ? "the setup journal's entry" : `the setup journal's ${n} entries`;
+}
+
+/** What a restart of `p` brings back, in words: the setup journal replayed, then the kept names restored from their
+ * newest snapshot (kernel/restart.py bring_back); '' where nothing comes back. */
+export function comesBack(p: IPool): string {
+  const parts: string[] = [];
+  if (p.journal_entries !== 0) {
+    parts.push(`${journalWords(p)}, replayed${p.journal_entries === 1 ? '' : ' in order'}`);
+  }
+  const kept = p.kept ?? [];
+  if (kept.length && (p.snapshots ?? 0) > 0) {
+    parts.push(`${kept.join(', ')} from ${kept.length === 1 ? 'its' : 'their'} newest snapshot`);
+  }
+  return parts.join('; then ');
+}
+
 /**
- * The question to ask before an action, or null when it is harmless. Interrupt only stops the running cell;
- * restart and stop destroy the workers' state (models, variables), except on a pool that has none left.
+ * The question to ask before an action, or null when it asks nothing. Where and Interrupt change nothing on the
+ * ranks but the running cell, so they never ask; Restart and Stop destroy what the ranks hold, and say what comes
+ * back and what does not. A pool with nothing left to lose (its kernel died, its restart failed) is not asked about.
  */
-export function confirmation(p: IPool, action: Action): string | null {
-  if (action === 'interrupt' || p.stale || p.state === 'failed') {
+export function confirmation(p: IPool, action: Action): IConfirmation | null {
+  if (action === 'where' || action === 'interrupt' || p.stale || p.state === 'failed') {
     return null;
   }
-  const where = poolTitle(p);
+  const title = `${action === 'restart' ? 'Restart' : 'Stop'} the pool of ${poolTitle(p)}?`;
+  const first = p.state === 'running' ? ' The running cell is interrupted first.' : '';
   if (action === 'restart') {
-    return `Restart the ${p.np} ranks of ${where}? Models and variables on the ranks are lost; the pool comes back with the same options.`;
+    const back = comesBack(p);
+    const lines = [`Its ${p.np} ranks start again as new processes, with the same options.${first}`];
+    lines.push(
+      back
+        ? `Comes back: ${back}.`
+        : 'Nothing comes back: no %%hvd --setup cell has run and no name is kept (%hvd_keep).'
+    );
+    if (p.kept?.length && !p.snapshots) {
+      lines.push(
+        `${p.kept.join(', ')}: kept, but no snapshot is written yet (one is at the end of the next %%hvd cell that ` +
+          'succeeds), so it does not come back.'
+      );
+    }
+    lines.push(`Lost: ${back ? 'everything else' : 'everything'} in the ranks' namespaces (variables, models, data).`);
+    return { title, lines, accept: 'Restart' };
   }
-  return `Stop the ${p.np} ranks of ${where}? Models and variables on the ranks are lost.`;
+  const lost = ["everything in the ranks' namespaces"];
+  if (p.journal_entries) {
+    lost.push(journalWords(p));
+  }
+  if (p.kept?.length) {
+    const n = p.snapshots ?? 0;
+    const snapshots = n === 1 ? 'the snapshot' : `the ${n} snapshots`;
+    const size = formatBytes(p.kept_bytes ?? 0);
+    lost.push(
+      n
+        ? `${snapshots} of ${p.kept.join(', ')} (${size}): a stopped pool's directory is removed`
+        : `what is kept of ${p.kept.join(', ')}`
+    );
+  }
+  const listed = lost.length > 1 ? `${lost.slice(0, -1).join(', ')} and ${lost[lost.length - 1]}` : lost[0];
+  return {
+    title,
+    lines: [
+      `Its ${p.np} ranks end, and the pool with them.${first}`,
+      `Lost: ${listed}.`,
+      `%hvd_start -np ${p.np} starts a new, empty pool.`
+    ],
+    accept: 'Stop'
+  };
+}
+
+/** What a pool's button does, for its tooltip. */
+export function actionTitle(p: IPool, action: Action): string {
+  if (p.stale) {
+    return action === 'stop' ? 'Its kernel died: kill what is left of the pool' : 'Its kernel died: only Stop is left';
+  }
+  switch (action) {
+    case 'where':
+      return 'Where every rank is now: cell line, function, the collective it waits in. Changes nothing.';
+    case 'interrupt':
+      return 'Interrupt the running cell on every rank. The pool and what its ranks hold stay.';
+    case 'restart':
+      return 'Start the ranks again with the same options; asks first, and says what comes back.';
+    case 'stop':
+      return 'End the ranks and the pool; asks first.';
+  }
 }
 
 /** The pool a command without a pool id acts on: the one of the current notebook's kernel, or the only one. */

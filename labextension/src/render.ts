@@ -4,6 +4,7 @@
  */
 
 import {
+  actionTitle,
   allowedActions,
   formatKept,
   formatDuration,
@@ -157,12 +158,7 @@ export function renderPool(p: IPool, pending?: IPending | null, now = Date.now()
     button.dataset.action = action;
     button.dataset.poolId = p.id;
     button.disabled = !allowed.includes(action);
-    button.title =
-      p.stale && action === 'stop'
-        ? 'Its kernel died: kill what is left of the pool'
-        : action === 'where'
-          ? 'Where every rank is now: cell line, function, the collective it waits in'
-          : LABELS[action];
+    button.title = actionTitle(p, action);
     actions.appendChild(button);
   }
   box.appendChild(actions);

@@ -2,9 +2,35 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
-import { Action, confirmation, IPending, IPool, IPoolList, pending, pendingDone } from './model';
+import {
+  Action,
+  confirmation,
+  IConfirmation,
+  IPending,
+  IPool,
+  IPoolList,
+  pending,
+  pendingDone
+} from './model';
 import { renderPools } from './render';
 import { requestAPI } from './request';
+
+/** Ask `question` in a dialog, one paragraph per line; whether the user went on. */
+async function confirmed(question: IConfirmation): Promise<boolean> {
+  const body = new Widget();
+  body.addClass('jp-HvdConfirm');
+  for (const line of question.lines) {
+    const paragraph = document.createElement('p');
+    paragraph.textContent = line;
+    body.node.appendChild(paragraph);
+  }
+  const result = await showDialog({
+    title: question.title,
+    body,
+    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: question.accept })]
+  });
+  return result.button.accept;
+}
 
 /**
  * The left-sidebar panel: every jupyter-hvd pool of this server and its ranks, refreshed about once a second
@@ -59,23 +85,15 @@ export class HvdSidebar extends Widget {
     this._render();
   }
 
-  /** Carry out `action` on pool `poolId`, asking first when it would destroy the workers' state. */
+  /** Carry out `action` on pool `poolId`, asking first when it would destroy what the ranks hold. */
   async act(poolId: string, action: Action): Promise<boolean> {
     const pool = this.pools.find(p => p.id === poolId);
     if (!pool || this.pending.has(poolId)) {
       return false;
     }
     const question = confirmation(pool, action);
-    if (question) {
-      const label = action === 'restart' ? 'Restart' : 'Stop';
-      const result = await showDialog({
-        title: `${label} the pool?`,
-        body: question,
-        buttons: [Dialog.cancelButton(), Dialog.warnButton({ label })]
-      });
-      if (!result.button.accept) {
-        return false;
-      }
+    if (question && !(await confirmed(question))) {
+      return false;
     }
     this.pending.set(poolId, pending(pool, action)); // its buttons wait until the pool shows it is done
     this._render();

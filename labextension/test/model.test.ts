@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
 
 import {
+  actionTitle,
   allowedActions,
+  comesBack,
   pending,
   pendingDone,
   choosePool,
@@ -95,10 +97,11 @@ describe('pool warnings', () => {
 });
 
 describe('actions', () => {
-  it('interrupts without asking, confirms restart and stop of a live pool', () => {
-    expect(confirmation(pool({ state: 'running' }), 'interrupt')).toBeNull();
-    expect(confirmation(pool(), 'restart')).toMatch(/Restart the 2 ranks of train.ipynb\? Models and variables/);
-    expect(confirmation(pool(), 'stop')).toMatch(/Stop the 2 ranks/);
+  it('asks nothing before Where and Interrupt: they change nothing the ranks hold', () => {
+    for (const state of ['idle', 'running'] as const) {
+      expect(confirmation(pool({ state }), 'where')).toBeNull();
+      expect(confirmation(pool({ state }), 'interrupt')).toBeNull();
+    }
   });
 
   it('asks nothing when there is no worker state left to lose', () => {
@@ -157,5 +160,75 @@ describe('actions asked for from the sidebar', () => {
     const p = pool({ state: 'running' });
     expect(pendingDone(pending(p, 'interrupt', at(0)), p, at(21))).toBe(true);
     expect(pendingDone(pending(p, 'restart', at(0)), pool({ state: 'restarting' }), at(181))).toBe(true);
+  });
+});
+
+describe('the questions before Restart and Stop', () => {
+  const kept = { kept: ['model', 'opt'], snapshots: 3, kept_bytes: 300 * 2 ** 20, journal_entries: 2 };
+
+  it("Restart names what comes back (the setup journal's entries, the kept names from their newest snapshot)", () => {
+    const q = confirmation(pool(kept), 'restart')!;
+    expect(q.title).toBe('Restart the pool of train.ipynb?');
+    expect(q.accept).toBe('Restart');
+    expect(q.lines).toEqual([
+      'Its 2 ranks start again as new processes, with the same options.',
+      "Comes back: the setup journal's 2 entries, replayed in order; then model, opt from their newest snapshot.",
+      "Lost: everything else in the ranks' namespaces (variables, models, data)."
+    ]);
+    expect(q.lines.join(' ')).not.toMatch(/Models and variables on the ranks are lost/);
+  });
+
+  it('Restart says when nothing comes back, and a kept name without a snapshot yet', () => {
+    expect(confirmation(pool({ journal_entries: 0 }), 'restart')!.lines).toEqual([
+      'Its 2 ranks start again as new processes, with the same options.',
+      'Nothing comes back: no %%hvd --setup cell has run and no name is kept (%hvd_keep).',
+      "Lost: everything in the ranks' namespaces (variables, models, data)."
+    ]);
+    const unsaved = confirmation(pool({ journal_entries: 1, kept: ['model'], snapshots: 0 }), 'restart')!;
+    expect(unsaved.lines[1]).toBe("Comes back: the setup journal's entry, replayed.");
+    expect(unsaved.lines[2]).toMatch(/^model: kept, but no snapshot is written yet .* so it does not come back\.$/);
+  });
+
+  it('Restart and Stop of a running pool say the running cell is interrupted first', () => {
+    expect(confirmation(pool({ state: 'running' }), 'restart')!.lines[0]).toMatch(/The running cell is interrupted/);
+    expect(confirmation(pool({ state: 'running' }), 'stop')!.lines[0]).toMatch(/The running cell is interrupted/);
+  });
+
+  it('Stop says everything goes: namespaces, the setup journal, the snapshots with the pool directory', () => {
+    const q = confirmation(pool(kept), 'stop')!;
+    expect(q.title).toBe('Stop the pool of train.ipynb?');
+    expect(q.accept).toBe('Stop');
+    expect(q.lines).toEqual([
+      'Its 2 ranks end, and the pool with them.',
+      "Lost: everything in the ranks' namespaces, the setup journal's 2 entries and the 3 snapshots of model, " +
+        "opt (300 MB): a stopped pool's directory is removed.",
+      '%hvd_start -np 2 starts a new, empty pool.'
+    ]);
+    expect(confirmation(pool({ journal_entries: 0 }), 'stop')!.lines[1]).toBe(
+      "Lost: everything in the ranks' namespaces."
+    );
+    const one = pool({ journal_entries: 1, kept: ['model'], snapshots: 1, kept_bytes: 10 });
+    expect(confirmation(one, 'stop')!.lines[1]).toBe(
+      "Lost: everything in the ranks' namespaces, the setup journal's entry and the snapshot of model (< 1 MB): a " +
+        "stopped pool's directory is removed."
+    );
+  });
+
+  it('says what comes back in one phrase, empty where nothing does', () => {
+    expect(comesBack(pool({ journal_entries: 0 }))).toBe('');
+    expect(comesBack(pool({ journal_entries: 0, kept: ['model'], snapshots: 2 }))).toBe(
+      'model from its newest snapshot'
+    );
+    // A server that does not send the count: the journal is named, not counted.
+    expect(comesBack(pool())).toBe('the setup journal (%%hvd --setup cells, %hvd_push), if any, replayed in order');
+  });
+
+  it('each button says what it does, and which ones ask first', () => {
+    const p = pool({ state: 'running' });
+    expect(actionTitle(p, 'where')).toMatch(/Changes nothing/);
+    expect(actionTitle(p, 'interrupt')).toMatch(/^Interrupt the running cell on every rank/);
+    expect(actionTitle(p, 'restart')).toMatch(/asks first, and says what comes back/);
+    expect(actionTitle(p, 'stop')).toMatch(/asks first/);
+    expect(actionTitle(pool({ stale: true, state: 'stale' }), 'stop')).toMatch(/kill what is left/);
   });
 });
