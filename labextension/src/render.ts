@@ -54,7 +54,8 @@ export function rankTitle(r: IRank): string {
     `${formatMemory(r)} · heartbeat ${formatDuration(r.heartbeat_age)} ago`
   ];
   if (r.step !== null && r.step !== undefined) {
-    lines.push(`step ${r.step}` + (r.loss !== null && r.loss !== undefined ? ` · loss ${formatLoss(r.loss)}` : ''));
+    const loss = r.loss !== null && r.loss !== undefined ? ` · loss ${formatLoss(r.loss)}` : '';
+    lines.push(`${stepsText(r.step)}${loss}`);
   }
   if (r.state === 'stalled' && r.stalled_on) {
     lines.push(`stalled in ${r.stalled_on}`);
@@ -65,10 +66,22 @@ export function rankTitle(r: IRank): string {
   return lines.join('\n');
 }
 
+/** "192 steps": the count says its unit, so it is not read as the epoch the live view shows. */
+function stepsText(step: number): string {
+  return `${step} step${step === 1 ? '' : 's'}`;
+}
+
 /** The columns of the rank table: header (its word, then its unit), its tooltip, the class of its cells. */
 const COLUMNS: [string, string, string, string][] = [
   ['rank', '', 'rank, and its state as a colour: idle, busy, stalled (in a collective), dead', 'jp-HvdRank-rank'],
-  ['step', '', "the step the rank is at in the running cell (as it reports it, else the steps timed)", 'jp-HvdRank-step'],
+  [
+    'steps',
+    '',
+    'steps the rank has taken in the running (or last) cell: the step it printed or reported (step N, a progress ' +
+      'bar, report(step=...)), else the optimizer steps counted (one per gradient allreduce). Not epochs: an ' +
+      'epoch is many steps.',
+    'jp-HvdRank-step'
+  ],
   ['loss', '', 'the last loss the rank reported (report(), a progress bar, a printed line)', 'jp-HvdRank-loss'],
   ['compute', 'ms', 'milliseconds per step computing, recent mean', 'jp-HvdRank-compute'],
   ['wait', 'ms', 'milliseconds per step waiting for the other ranks in collectives, recent mean', 'jp-HvdRank-wait'],

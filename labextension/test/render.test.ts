@@ -42,10 +42,10 @@ describe('sidebar rendering', () => {
     expect((rows[0].querySelector('.jp-HvdState-dot') as HTMLElement).dataset.state).toBe('busy');
     expect(rows[0].title).toContain('host node1, pid 4242, device cpu');
     expect(rows[0].title).toContain('CPU 98% 900 MB · heartbeat 0 s ago');
-    expect(rows[0].title).toContain('step 1200 · loss 0.1235');
+    expect(rows[0].title).toContain('1200 steps · loss 0.1235'); // a count with its unit, not a bare number
     expect(rows[0].title).toContain('last line: epoch 3 loss 0.12');
     // Headers in words, with their units under them.
-    expect(texts(box, 'th')).toEqual(['rank', 'step', 'loss', 'computems', 'waitms', 'load%, memory']);
+    expect(texts(box, 'th')).toEqual(['rank', 'steps', 'loss', 'computems', 'waitms', 'load%, memory']);
     expect(texts(box, 'th .jp-HvdRanks-unit')).toEqual(['ms', 'ms', '%, memory']);
     expect(box.querySelectorAll('.jp-HvdPool-warning').length).toBe(0);
   });
