@@ -176,7 +176,7 @@ export function renderPool(p: IPool, pending?: IPending | null, now = Date.now()
   }
   box.appendChild(actions);
   if (pending) {
-    box.appendChild(el('div', 'jp-HvdPool-pending', pendingText(pending, now)));
+    box.appendChild(el('div', 'jp-HvdPool-note jp-HvdPool-pending', pendingText(pending, now)));
   }
   const kept = formatKept(p);
   if (kept) {
