@@ -326,9 +326,11 @@ export function pendingDone(job: IPending, p: IPool | null, now = Date.now()): b
     case 'interrupt':
       return p.state !== 'running';
     case 'restart': {
+      // Done when the new engines are idle: while they replay the setup journal and restore the kept names they
+      // run cells (state running), after a first moment idle that only the next file may show.
       const pids = p.ranks.map(r => r.pid);
       const fresh = pids.length > 0 && !pids.some(pid => job.pids.includes(pid));
-      return (fresh && p.state !== 'restarting' && p.state !== 'starting') || p.state === 'failed';
+      return (fresh && p.state === 'idle') || p.state === 'failed';
     }
     case 'stop':
       return p.state === 'failed';
@@ -346,6 +348,19 @@ export function pendingText(job: IPending, now = Date.now()): string {
     stop: 'Stopping the pool'
   };
   return `${doing[job.action]} (asked ${formatDuration((now - job.since) / 1000)} ago)…`;
+}
+
+/** The running cell's first line as the sidebar shows it: the user's code as it is; jupyter-hvd's own code that a
+ * restart runs on the ranks (kernel/restore.py: `__import__('jupyter_hvd.engine....').apply([...])`) in words. */
+export function cellText(cell: string): { text: string; own: boolean } {
+  if (!cell.startsWith("__import__('jupyter_hvd.")) {
+    return { text: cell, own: false };
+  }
+  if (/keep[._]restore/.test(cell)) {
+    const names = /\.apply\(\[(.*?)\]/.exec(cell)?.[1]?.replace(/['"]/g, '');
+    return { text: `restoring ${names || 'the kept names'} from the newest snapshot`, own: true };
+  }
+  return { text: "jupyter-hvd's own work on the ranks", own: true };
 }
 
 /** The notebook a pool belongs to, by its file name; the kernel id when the server does not know it. */

@@ -6,6 +6,7 @@
 import {
   actionTitle,
   allowedActions,
+  cellText,
   formatKept,
   formatDuration,
   formatLoss,
@@ -160,8 +161,12 @@ export function renderPool(p: IPool, pending?: IPending | null, now = Date.now()
     );
   }
   if (p.cell) {
-    const cell = el('div', 'jp-HvdPool-cell', `▶ ${p.cell}`);
+    const shown = cellText(p.cell);
+    const cell = el('div', 'jp-HvdPool-cell', `▶ ${shown.text}`);
     cell.title = p.cell;
+    if (shown.own) {
+      cell.dataset.own = 'true'; // jupyter-hvd's code, not the user's: in words, in the UI's font
+    }
     box.appendChild(cell);
   }
   const actions = el('div', 'jp-HvdPool-actions');

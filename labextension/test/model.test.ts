@@ -16,6 +16,7 @@ import {
   formatRanks,
   formatStep,
   formatUsage,
+  cellText,
   poolWarnings
 } from '../src/model';
 import { pool, rank } from './fixtures';
@@ -146,6 +147,8 @@ describe('actions asked for from the sidebar', () => {
     expect(pendingDone(restart, pool({ state: 'idle' }), at(3))).toBe(false); // the same engines still
     const fresh = pool({ state: 'idle', ranks: [rank({ pid: 5000 }), rank({ rank: 1, pid: 5001 })] });
     expect(pendingDone(restart, fresh, at(4))).toBe(true);
+    // New engines that still replay the setup journal or restore the kept names: not done yet.
+    expect(pendingDone(restart, { ...fresh, state: 'running', cell: 'import torch' }, at(4))).toBe(false);
     const interrupt = pending(p, 'interrupt', at(0));
     expect(pendingDone(interrupt, p, at(1))).toBe(false);
     expect(pendingDone(interrupt, pool({ state: 'idle' }), at(1))).toBe(true);
@@ -230,5 +233,20 @@ describe('the questions before Restart and Stop', () => {
     expect(actionTitle(p, 'restart')).toMatch(/asks first, and says what comes back/);
     expect(actionTitle(p, 'stop')).toMatch(/asks first/);
     expect(actionTitle(pool({ stale: true, state: 'stale' }), 'stop')).toMatch(/kill what is left/);
+  });
+});
+
+describe('the running cell', () => {
+  it("shows the user's code as it is and jupyter-hvd's own code (a restart's restore) in words", () => {
+    expect(cellText('for epoch in range(8):')).toEqual({ text: 'for epoch in range(8):', own: false });
+    const restore = "__import__('jupyter_hvd.engine.keep_restore', fromlist=['prepare']).apply(['model', 'opt'])";
+    expect(cellText(restore)).toEqual({ text: 'restoring model, opt from the newest snapshot', own: true });
+    expect(cellText("__import__('jupyter_hvd.engine.keep.restore').prepare({}, '/tmp/x')").text).toBe(
+      'restoring the kept names from the newest snapshot'
+    );
+    expect(cellText("__import__('jupyter_hvd.engine.other').run()")).toEqual({
+      text: "jupyter-hvd's own work on the ranks",
+      own: true
+    });
   });
 });
