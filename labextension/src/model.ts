@@ -299,6 +299,16 @@ export function poolWarnings(p: IPool): IWarning[] {
   return out;
 }
 
+/** Whether the pool's Where picture is about what runs now: taken since the running (or last) cell began and since
+ * the running engines started. An older one (a cell or a restart ago) is not shown. */
+export function whereIsCurrent(p: IPool): boolean {
+  if (!p.where) {
+    return false;
+  }
+  const since = Math.max(p.engines_started ?? p.started ?? 0, p.cell_started ?? 0);
+  return p.where.asked >= since;
+}
+
 /** An action asked for from the sidebar that has not finished: the pool's buttons wait for it. */
 export interface IPending {
   action: Action;

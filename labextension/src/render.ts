@@ -21,7 +21,8 @@ import {
   paceTitle,
   pendingText,
   poolTitle,
-  poolWarnings
+  poolWarnings,
+  whereIsCurrent
 } from './model';
 
 const LABELS = { where: 'Where', interrupt: 'Interrupt', restart: 'Restart', stop: 'Stop' };
@@ -187,7 +188,7 @@ export function renderPool(p: IPool, pending?: IPending | null, now = Date.now()
   if (kept) {
     box.appendChild(el('div', 'jp-HvdPool-meta jp-HvdPool-kept', kept));
   }
-  if (p.where) {
+  if (p.where && whereIsCurrent(p)) {
     const at = new Date(p.where.asked * 1000).toTimeString().slice(0, 8); // HH:MM:SS, local
     const where = el('div', 'jp-HvdPool-where', '');
     where.appendChild(el('div', 'jp-HvdPool-whereTitle', `Where the ranks were at ${at} (${p.where.why})`));

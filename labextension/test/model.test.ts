@@ -17,7 +17,8 @@ import {
   formatStep,
   formatUsage,
   cellText,
-  poolWarnings
+  poolWarnings,
+  whereIsCurrent
 } from '../src/model';
 import { pool, rank } from './fixtures';
 
@@ -233,6 +234,19 @@ describe('the questions before Restart and Stop', () => {
     expect(actionTitle(p, 'restart')).toMatch(/asks first, and says what comes back/);
     expect(actionTitle(p, 'stop')).toMatch(/asks first/);
     expect(actionTitle(pool({ stale: true, state: 'stale' }), 'stop')).toMatch(/kill what is left/);
+  });
+});
+
+describe('what belongs to the running cell', () => {
+  const where = (asked: number) => ({ asked, why: 'the sidebar asked', full: false, text: 'rank 0: idle', places: [] });
+
+  it('shows a Where picture taken since the running (or last) cell began and since the engines started', () => {
+    const p = pool({ started: 100, engines_started: 100, cell_started: 200 });
+    expect(whereIsCurrent(pool())).toBe(false); // none taken
+    expect(whereIsCurrent({ ...p, where: where(250) })).toBe(true); // during the cell, or after it
+    expect(whereIsCurrent({ ...p, where: where(150) })).toBe(false); // a cell ago
+    expect(whereIsCurrent({ ...p, engines_started: 300, where: where(250) })).toBe(false); // before a restart
+    expect(whereIsCurrent({ ...p, cell_started: 0, where: where(150) })).toBe(true); // no cell has run yet
   });
 });
 
