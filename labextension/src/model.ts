@@ -299,6 +299,57 @@ export function poolWarnings(p: IPool): IWarning[] {
   return out;
 }
 
+/** A `%%hvd` cell this page saw its pool's kernel begin (the kernel's execute_input), which the pool file says only
+ * within a second or so: the kernel writes the file from its watcher thread, and the sidebar asks once a second. */
+export interface ICellSeen {
+  /** When the page saw it begin, in the server's clock (epoch s). */
+  at: number;
+  /** Its first line, as the pool file will show it. */
+  firstLine: string;
+}
+
+/** The first line of a `%%hvd` cell's body as the kernel shows it (its first non-blank line, 120 characters), or
+ * null for code that is not a `%%hvd` cell (a line magic, plain Python). */
+export function hvdCellFirstLine(code: string): string | null {
+  const lines = code.replace(/^\s*\n/, '').split('\n');
+  if (!/^\s*%%hvd(\s|$)/.test(lines[0] ?? '')) {
+    return null;
+  }
+  return (lines.slice(1).find(line => line.trim()) ?? '').slice(0, 120);
+}
+
+/** How long after a cell began a pool file must have been written to be that cell's: the kernel clears the figures
+ * within milliseconds of the cell's start, and the page's and the kernel's times of it differ by the network's
+ * delay. */
+export const CELL_FILE_DELAY_S = 0.3;
+
+/** The figures of a rank that belong to one cell (kernel/pool_file.py CELL_FIGURES, and what a stall adds). */
+const CELL_FIGURES = ['step', 'loss', 'compute_ms', 'wait_ms', 'last_line', 'stalled_on'] as const;
+
+/**
+ * Pool `p` as of the `%%hvd` cell this page saw begin (`seen`), where the pool file (answered by the server at
+ * `now`, epoch s) was written before that cell began: the new cell runs, and the previous cell's figures, warnings
+ * and Where are not shown as its own. Otherwise `p` as the file says.
+ */
+export function asOfCell(p: IPool, seen: ICellSeen | undefined, now: number): IPool {
+  if (!seen || p.stale || (p.state !== 'idle' && p.state !== 'running')) {
+    return p;
+  }
+  const written = now - (p.updated_age ?? 0);
+  if (written >= seen.at + CELL_FILE_DELAY_S || (p.cell_started ?? 0) >= seen.at) {
+    return p; // the file knows this cell (or a later one)
+  }
+  const ranks = p.ranks.map(r => {
+    const fresh: IRank = { ...r, state: r.state === 'dead' ? r.state : 'busy' };
+    for (const name of CELL_FIGURES) {
+      fresh[name] = null;
+    }
+    return fresh;
+  });
+  const cell = { state: 'running' as const, cell: seen.firstLine, cell_started: seen.at };
+  return { ...p, ...cell, ranks, straggler: null, nonfinite: null };
+}
+
 /** Whether the pool's Where picture is about what runs now: taken since the running (or last) cell began and since
  * the running engines started. An older one (a cell or a restart ago) is not shown. */
 export function whereIsCurrent(p: IPool): boolean {

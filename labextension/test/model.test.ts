@@ -3,7 +3,10 @@ import { describe, expect, it } from 'vitest';
 import {
   actionTitle,
   allowedActions,
+  asOfCell,
+  CELL_FILE_DELAY_S,
   comesBack,
+  hvdCellFirstLine,
   pending,
   pendingDone,
   choosePool,
@@ -17,6 +20,7 @@ import {
   formatStep,
   formatUsage,
   cellText,
+  IPool,
   poolWarnings,
   whereIsCurrent
 } from '../src/model';
@@ -247,6 +251,53 @@ describe('what belongs to the running cell', () => {
     expect(whereIsCurrent({ ...p, where: where(150) })).toBe(false); // a cell ago
     expect(whereIsCurrent({ ...p, engines_started: 300, where: where(250) })).toBe(false); // before a restart
     expect(whereIsCurrent({ ...p, cell_started: 0, where: where(150) })).toBe(true); // no cell has run yet
+  });
+
+  it('reads the first line of a %%hvd cell as the kernel shows it, and nothing from other code', () => {
+    expect(hvdCellFirstLine('%%hvd\nimport time\nfor i in range(3):')).toBe('import time');
+    expect(hvdCellFirstLine('\n%%hvd --ranks all\n\n   \nmodel.train()')).toBe('model.train()');
+    expect(hvdCellFirstLine('%hvd_where')).toBeNull();
+    expect(hvdCellFirstLine('%%hvdx\n1')).toBeNull();
+    expect(hvdCellFirstLine('x = 1\n%%hvd')).toBeNull();
+  });
+
+  it("does not show the previous cell's figures as those of a cell the pool file does not know yet", () => {
+    const now = 1000;
+    const previous: IPool = pool({
+      state: 'idle',
+      updated_age: 0.4, // written at 999.6, before the cell began at 999.8
+      cell_started: 990,
+      where: where(995),
+      straggler: { rank: 1, ratio: 2, message: 'rank 1 is 2x slower' },
+      ranks: [
+        rank({ step: 192, loss: 0.005, last_line: 'epoch 8 loss=0.005', compute_ms: 22, wait_ms: 12, rss_mb: 355 }),
+        rank({ rank: 1, pid: 4243, step: 192 })
+      ]
+    });
+    const shown = asOfCell(previous, { at: 999.8, firstLine: 'import time' }, now);
+    expect(shown.state).toBe('running');
+    expect(shown.cell).toBe('import time');
+    expect(shown.ranks.map(r => [r.state, r.step, r.loss, r.last_line, r.compute_ms])).toEqual([
+      ['busy', null, null, null, null],
+      ['busy', null, null, null, null]
+    ]);
+    expect(shown.ranks[0].rss_mb).toBe(355); // the load is the process's, not the cell's
+    expect(shown.straggler).toBeNull();
+    expect(whereIsCurrent(shown)).toBe(false);
+    expect(previous.ranks[0].step).toBe(192); // the file's pool is left as it was
+  });
+
+  it('shows the pool file as it is once it was written by the new cell (or no cell was seen)', () => {
+    const file = pool({ state: 'idle', updated_age: 0, ranks: [rank({ step: 3 })] });
+    expect(asOfCell(file, undefined, 1000)).toBe(file);
+    // Written well after the cell began: the cell's own figures (it may have ended already).
+    expect(asOfCell(file, { at: 1000 - CELL_FILE_DELAY_S - 0.1, firstLine: 'x' }, 1000)).toBe(file);
+    // The file says the cell began (its own start time, at or after the one this page saw).
+    const running = pool({ state: 'running', updated_age: 0.2, cell_started: 999.9, ranks: [rank({ step: 1 })] });
+    expect(asOfCell(running, { at: 999.85, firstLine: 'x' }, 1000)).toBe(running);
+    // A pool restarting, stopping or dead is shown as it is.
+    const restarting = pool({ state: 'restarting', updated_age: 5 });
+    expect(asOfCell(restarting, { at: 999, firstLine: 'x' }, 1000)).toBe(restarting);
   });
 });
 
