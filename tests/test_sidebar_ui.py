@@ -170,7 +170,7 @@ def test_sidebar_fits_eight_ranks_and_shows_warnings(tmp_path: Path) -> None:
     assert all(line["inside"] for line in m["lastLines"]), m["lastLines"]
     assert m["figureFontPx"] >= 12.5 and min(line["fontPx"] for line in m["lastLines"]) >= 12
     # Headers in words, each with its unit under it.
-    assert m["headers"] == ["rank", "step", "loss", "computems", "waitms", "load%, memory"]
+    assert m["headers"] == ["rank", "steps", "loss", "computems", "waitms", "load%, memory"]
     assert m["rowTexts"][0] == ["0", "12345", "0.234", "25", "3.2", "97% 30G"]
     assert "stalled in allreduce.module.fc2.weight_grad" in m["stalledTitle"]
     assert m["stragglers"] == [5], "the straggler's row should be highlighted"

@@ -97,7 +97,7 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
   // Restart (confirmed): new engines, same options; the sidebar shows the new pids.
   const restartAt = Date.now();
   await poolBox.locator('button[data-action="restart"]').click();
-  await dialog().locator('text=the pool comes back with the same options').waitFor({ timeout: 5000 });
+  await dialog().locator('text=with the same options').waitFor({ timeout: 5000 });
   await dialog().locator('button.jp-mod-warn').click();
   // While it restarts, the pool's buttons wait, and the sidebar says for what.
   const waiting = await poolBox.evaluate(box => ({
@@ -161,7 +161,7 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
   // Stop: it destroys worker state, so it asks first; after "Stop" the pool disappears.
   const stopAt = Date.now();
   await poolBox.locator('button[data-action="stop"]').click();
-  await dialog().locator('text=Models and variables on the ranks are lost').waitFor({ timeout: 5000 });
+  await dialog().locator("text=Lost: everything in the ranks' namespaces").waitFor({ timeout: 5000 });
   await shot('6-stop-confirmation');
   await dialog().locator('button.jp-mod-warn').click();
   await sidebar.locator('text=No jupyter-hvd pool is running').waitFor({ timeout: 30000 });

@@ -159,4 +159,6 @@ def describe(
         "kept": data.get("kept") or [],
         "snapshots": int(data.get("snapshots") or 0),
         "kept_bytes": int(data.get("kept_bytes") or 0),
+        "journal_entries": int(data.get("journal_entries") or 0),
+        "cell_started": float(data.get("cell_started") or 0),
     }

@@ -106,6 +106,9 @@ class PoolRecord:
     boot_id: str = ""  # the boot the start times count from
     updated: float = 0.0  # epoch s; set when written
     engines_started: float = 0.0  # epoch s: when the running engines started (a restart starts new ones)
+    # For the sidebar: what a Restart brings back, and which figures and Where are the running (or last) cell's.
+    journal_entries: int = 0  # entries of the setup journal (%%hvd --setup cells, %hvd_push), replayed by a restart
+    cell_started: float = 0.0  # epoch s: when the running (or last) %%hvd cell started; 0 before the first
     version: int = VERSION
 
 

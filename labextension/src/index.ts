@@ -3,7 +3,7 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, ISessionContext } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
@@ -59,6 +59,25 @@ const plugin: JupyterFrontEndPlugin<void> = {
     if (restorer) {
       restorer.add(sidebar, 'jupyter-hvd-sidebar');
     }
+
+    // Every notebook's kernel messages: the sidebar sees a %%hvd cell begin at once (the pool file says it within
+    // a second or so), so the previous cell's figures are not shown as the new cell's.
+    const watched = new WeakSet<ISessionContext>();
+    sidebar.beforeRefresh = () => {
+      for (const widget of shell.widgets('main')) {
+        const context = (widget as any).sessionContext as ISessionContext | undefined;
+        if (!context?.iopubMessage || watched.has(context)) {
+          continue;
+        }
+        watched.add(context);
+        context.iopubMessage.connect((_, msg) => {
+          const kernelId = context.session?.kernel?.id;
+          if (msg.header.msg_type === 'execute_input' && kernelId) {
+            sidebar.noteExecution(kernelId, String((msg.content as { code?: string }).code ?? ''));
+          }
+        });
+      }
+    };
 
     // The notebook in the main area (JupyterLab: the focused one; Notebook 7: the page's only one).
     const currentKernelId = (): string | null => {

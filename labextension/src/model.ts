@@ -95,6 +95,8 @@ export interface IPool {
   started?: number;
   /** When the running engines started (epoch s): a restart starts new ones. */
   engines_started?: number;
+  /** When the running (or last) %%hvd cell started (epoch s); 0 before the first. */
+  cell_started?: number;
   /** Seconds since the running engines started. */
   uptime: number;
   updated_age: number;
@@ -110,6 +112,8 @@ export interface IPool {
   kept?: string[];
   snapshots?: number;
   kept_bytes?: number;
+  /** Entries of the setup journal (%%hvd --setup cells, %hvd_push): a restart replays them. */
+  journal_entries?: number;
 }
 
 export interface IPoolList {
@@ -134,17 +138,28 @@ export function formatDuration(seconds: number | null | undefined): string {
   return m ? `${h} h ${m} min` : `${h} h`;
 }
 
-/** Megabytes as "812 MB" or "3.2 GB". */
-/** "Kept: model, opt · 3 snapshots · 286 MB", or '' where nothing is kept. */
+/** "Kept: model, opt · 3 snapshots · 286 MB on disk", or '' where nothing is kept. Non-breaking spaces keep
+ * "3 snapshots" and "286 MB on disk" on one line each in the narrow sidebar. */
 export function formatKept(p: IPool): string {
   if (!p.kept || !p.kept.length) {
     return '';
   }
-  const n = p.snapshots || 0;
-  const size = formatMegabytes((p.kept_bytes || 0) / 2 ** 20);
-  return `Kept: ${p.kept.join(', ')} · ${n} snapshot${n === 1 ? '' : 's'} · ${size} on disk`;
+  const together = (text: string) => text.replace(/ /g, '\u00a0');
+  const size = `${formatBytes(p.kept_bytes || 0)} on disk`;
+  return `Kept: ${p.kept.join(', ')} · ${together(plural(p.snapshots || 0, 'snapshot'))} · ${together(size)}`;
 }
 
+/** "1 snapshot", "3 snapshots". */
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+/** Bytes on disk as "286 MB" or "3.2 GB"; "< 1 MB" for a few bytes (not "0 MB", which reads as nothing). */
+export function formatBytes(bytes: number): string {
+  return bytes > 0 && bytes < 2 ** 20 ? '< 1 MB' : formatMegabytes(bytes / 2 ** 20);
+}
+
+/** Megabytes as "812 MB" or "3.2 GB". */
 export function formatMegabytes(mb: number | null | undefined): string {
   if (mb === null || mb === undefined) {
     return '–';
@@ -284,6 +299,67 @@ export function poolWarnings(p: IPool): IWarning[] {
   return out;
 }
 
+/** A `%%hvd` cell this page saw its pool's kernel begin (the kernel's execute_input), which the pool file says only
+ * within a second or so: the kernel writes the file from its watcher thread, and the sidebar asks once a second. */
+export interface ICellSeen {
+  /** When the page saw it begin, in the server's clock (epoch s). */
+  at: number;
+  /** Its first line, as the pool file will show it. */
+  firstLine: string;
+}
+
+/** The first line of a `%%hvd` cell's body as the kernel shows it (its first non-blank line, 120 characters), or
+ * null for code that is not a `%%hvd` cell (a line magic, plain Python). */
+export function hvdCellFirstLine(code: string): string | null {
+  const lines = code.replace(/^\s*\n/, '').split('\n');
+  if (!/^\s*%%hvd(\s|$)/.test(lines[0] ?? '')) {
+    return null;
+  }
+  return (lines.slice(1).find(line => line.trim()) ?? '').slice(0, 120);
+}
+
+/** How long after a cell began a pool file must have been written to be that cell's: the kernel clears the figures
+ * within milliseconds of the cell's start, and the page's and the kernel's times of it differ by the network's
+ * delay. */
+export const CELL_FILE_DELAY_S = 0.3;
+
+/** The figures of a rank that belong to one cell (kernel/pool_file.py CELL_FIGURES, and what a stall adds). */
+const CELL_FIGURES = ['step', 'loss', 'compute_ms', 'wait_ms', 'last_line', 'stalled_on'] as const;
+
+/**
+ * Pool `p` as of the `%%hvd` cell this page saw begin (`seen`), where the pool file (answered by the server at
+ * `now`, epoch s) was written before that cell began: the new cell runs, and the previous cell's figures, warnings
+ * and Where are not shown as its own. Otherwise `p` as the file says.
+ */
+export function asOfCell(p: IPool, seen: ICellSeen | undefined, now: number): IPool {
+  if (!seen || p.stale || (p.state !== 'idle' && p.state !== 'running')) {
+    return p;
+  }
+  const written = now - (p.updated_age ?? 0);
+  if (written >= seen.at + CELL_FILE_DELAY_S || (p.cell_started ?? 0) >= seen.at) {
+    return p; // the file knows this cell (or a later one)
+  }
+  const ranks = p.ranks.map(r => {
+    const fresh: IRank = { ...r, state: r.state === 'dead' ? r.state : 'busy' };
+    for (const name of CELL_FIGURES) {
+      fresh[name] = null;
+    }
+    return fresh;
+  });
+  const cell = { state: 'running' as const, cell: seen.firstLine, cell_started: seen.at };
+  return { ...p, ...cell, ranks, straggler: null, nonfinite: null };
+}
+
+/** Whether the pool's Where picture is about what runs now: taken since the running (or last) cell began and since
+ * the running engines started. An older one (a cell or a restart ago) is not shown. */
+export function whereIsCurrent(p: IPool): boolean {
+  if (!p.where) {
+    return false;
+  }
+  const since = Math.max(p.engines_started ?? p.started ?? 0, p.cell_started ?? 0);
+  return p.where.asked >= since;
+}
+
 /** An action asked for from the sidebar that has not finished: the pool's buttons wait for it. */
 export interface IPending {
   action: Action;
@@ -311,9 +387,11 @@ export function pendingDone(job: IPending, p: IPool | null, now = Date.now()): b
     case 'interrupt':
       return p.state !== 'running';
     case 'restart': {
+      // Done when the new engines are idle: while they replay the setup journal and restore the kept names they
+      // run cells (state running), after a first moment idle that only the next file may show.
       const pids = p.ranks.map(r => r.pid);
       const fresh = pids.length > 0 && !pids.some(pid => job.pids.includes(pid));
-      return (fresh && p.state !== 'restarting' && p.state !== 'starting') || p.state === 'failed';
+      return (fresh && p.state === 'idle') || p.state === 'failed';
     }
     case 'stop':
       return p.state === 'failed';
@@ -331,6 +409,19 @@ export function pendingText(job: IPending, now = Date.now()): string {
     stop: 'Stopping the pool'
   };
   return `${doing[job.action]} (asked ${formatDuration((now - job.since) / 1000)} ago)…`;
+}
+
+/** The running cell's first line as the sidebar shows it: the user's code as it is; jupyter-hvd's own code that a
+ * restart runs on the ranks (kernel/restore.py: `__import__('jupyter_hvd.engine....').apply([...])`) in words. */
+export function cellText(cell: string): { text: string; own: boolean } {
+  if (!cell.startsWith("__import__('jupyter_hvd.")) {
+    return { text: cell, own: false };
+  }
+  if (/keep[._]restore/.test(cell)) {
+    const names = /\.apply\(\[(.*?)\]/.exec(cell)?.[1]?.replace(/['"]/g, '');
+    return { text: `restoring ${names || 'the kept names'} from the newest snapshot`, own: true };
+  }
+  return { text: "jupyter-hvd's own work on the ranks", own: true };
 }
 
 /** The notebook a pool belongs to, by its file name; the kernel id when the server does not know it. */
@@ -356,19 +447,105 @@ export function allowedActions(p: IPool): Action[] {
   return ACTIONS;
 }
 
+/** What a destructive action asks before it runs: the dialog's title, its paragraphs, and the button that goes on. */
+export interface IConfirmation {
+  title: string;
+  lines: string[];
+  accept: string;
+}
+
+/** "the setup journal's 2 entries", or, from a server that does not say how many, the journal by its contents. */
+function journalWords(p: IPool): string {
+  const n = p.journal_entries;
+  if (n === undefined || n === null) {
+    return 'the setup journal (%%hvd --setup cells, %hvd_push), if any';
+  }
+  return n === 1 ? "the setup journal's entry" : `the setup journal's ${n} entries`;
+}
+
+/** What a restart of `p` brings back, in words: the setup journal replayed, then the kept names restored from their
+ * newest snapshot (kernel/restart.py bring_back); '' where nothing comes back. */
+export function comesBack(p: IPool): string {
+  const parts: string[] = [];
+  if (p.journal_entries !== 0) {
+    parts.push(`${journalWords(p)}, replayed${p.journal_entries === 1 ? '' : ' in order'}`);
+  }
+  const kept = p.kept ?? [];
+  if (kept.length && (p.snapshots ?? 0) > 0) {
+    parts.push(`${kept.join(', ')} from ${kept.length === 1 ? 'its' : 'their'} newest snapshot`);
+  }
+  return parts.join('; then ');
+}
+
 /**
- * The question to ask before an action, or null when it is harmless. Interrupt only stops the running cell;
- * restart and stop destroy the workers' state (models, variables), except on a pool that has none left.
+ * The question to ask before an action, or null when it asks nothing. Where and Interrupt change nothing on the
+ * ranks but the running cell, so they never ask; Restart and Stop destroy what the ranks hold, and say what comes
+ * back and what does not. A pool with nothing left to lose (its kernel died, its restart failed) is not asked about.
  */
-export function confirmation(p: IPool, action: Action): string | null {
-  if (action === 'interrupt' || p.stale || p.state === 'failed') {
+export function confirmation(p: IPool, action: Action): IConfirmation | null {
+  if (action === 'where' || action === 'interrupt' || p.stale || p.state === 'failed') {
     return null;
   }
-  const where = poolTitle(p);
+  const title = `${action === 'restart' ? 'Restart' : 'Stop'} the pool of ${poolTitle(p)}?`;
+  const first = p.state === 'running' ? ' The running cell is interrupted first.' : '';
   if (action === 'restart') {
-    return `Restart the ${p.np} ranks of ${where}? Models and variables on the ranks are lost; the pool comes back with the same options.`;
+    const back = comesBack(p);
+    const lines = [`Its ${p.np} ranks start again as new processes, with the same options.${first}`];
+    lines.push(
+      back
+        ? `Comes back: ${back}.`
+        : 'Nothing comes back: no %%hvd --setup cell has run and no name is kept (%hvd_keep).'
+    );
+    if (p.kept?.length && !p.snapshots) {
+      lines.push(
+        `${p.kept.join(', ')}: kept, but no snapshot is written yet (one is at the end of the next %%hvd cell that ` +
+          'succeeds), so it does not come back.'
+      );
+    }
+    lines.push(`Lost: ${back ? 'everything else' : 'everything'} in the ranks' namespaces (variables, models, data).`);
+    return { title, lines, accept: 'Restart' };
   }
-  return `Stop the ${p.np} ranks of ${where}? Models and variables on the ranks are lost.`;
+  const lost = ["everything in the ranks' namespaces"];
+  if (p.journal_entries) {
+    lost.push(journalWords(p));
+  }
+  if (p.kept?.length) {
+    const n = p.snapshots ?? 0;
+    const snapshots = n === 1 ? 'the snapshot' : `the ${n} snapshots`;
+    const size = formatBytes(p.kept_bytes ?? 0);
+    lost.push(
+      n
+        ? `${snapshots} of ${p.kept.join(', ')} (${size}): a stopped pool's directory is removed`
+        : `what is kept of ${p.kept.join(', ')}`
+    );
+  }
+  const listed = lost.length > 1 ? `${lost.slice(0, -1).join(', ')} and ${lost[lost.length - 1]}` : lost[0];
+  return {
+    title,
+    lines: [
+      `Its ${p.np} ranks end, and the pool with them.${first}`,
+      `Lost: ${listed}.`,
+      `%hvd_start -np ${p.np} starts a new, empty pool.`
+    ],
+    accept: 'Stop'
+  };
+}
+
+/** What a pool's button does, for its tooltip. */
+export function actionTitle(p: IPool, action: Action): string {
+  if (p.stale) {
+    return action === 'stop' ? 'Its kernel died: kill what is left of the pool' : 'Its kernel died: only Stop is left';
+  }
+  switch (action) {
+    case 'where':
+      return 'Where every rank is now: cell line, function, the collective it waits in. Changes nothing.';
+    case 'interrupt':
+      return 'Interrupt the running cell on every rank. The pool and what its ranks hold stay.';
+    case 'restart':
+      return 'Start the ranks again with the same options; asks first, and says what comes back.';
+    case 'stop':
+      return 'End the ranks and the pool; asks first.';
+  }
 }
 
 /** The pool a command without a pool id acts on: the one of the current notebook's kernel, or the only one. */

@@ -4,7 +4,9 @@
  */
 
 import {
+  actionTitle,
   allowedActions,
+  cellText,
   formatKept,
   formatDuration,
   formatLoss,
@@ -19,7 +21,8 @@ import {
   paceTitle,
   pendingText,
   poolTitle,
-  poolWarnings
+  poolWarnings,
+  whereIsCurrent
 } from './model';
 
 const LABELS = { where: 'Where', interrupt: 'Interrupt', restart: 'Restart', stop: 'Stop' };
@@ -53,7 +56,8 @@ export function rankTitle(r: IRank): string {
     `${formatMemory(r)} · heartbeat ${formatDuration(r.heartbeat_age)} ago`
   ];
   if (r.step !== null && r.step !== undefined) {
-    lines.push(`step ${r.step}` + (r.loss !== null && r.loss !== undefined ? ` · loss ${formatLoss(r.loss)}` : ''));
+    const loss = r.loss !== null && r.loss !== undefined ? ` · loss ${formatLoss(r.loss)}` : '';
+    lines.push(`${stepsText(r.step)}${loss}`);
   }
   if (r.state === 'stalled' && r.stalled_on) {
     lines.push(`stalled in ${r.stalled_on}`);
@@ -64,10 +68,22 @@ export function rankTitle(r: IRank): string {
   return lines.join('\n');
 }
 
+/** "192 steps": the count says its unit, so it is not read as the epoch the live view shows. */
+function stepsText(step: number): string {
+  return `${step} step${step === 1 ? '' : 's'}`;
+}
+
 /** The columns of the rank table: header (its word, then its unit), its tooltip, the class of its cells. */
 const COLUMNS: [string, string, string, string][] = [
   ['rank', '', 'rank, and its state as a colour: idle, busy, stalled (in a collective), dead', 'jp-HvdRank-rank'],
-  ['step', '', "the step the rank is at in the running cell (as it reports it, else the steps timed)", 'jp-HvdRank-step'],
+  [
+    'steps',
+    '',
+    'steps the rank has taken in the running (or last) cell: the step it printed or reported (step N, a progress ' +
+      'bar, report(step=...)), else the optimizer steps counted (one per gradient allreduce). Not epochs: an ' +
+      'epoch is many steps.',
+    'jp-HvdRank-step'
+  ],
   ['loss', '', 'the last loss the rank reported (report(), a progress bar, a printed line)', 'jp-HvdRank-loss'],
   ['compute', 'ms', 'milliseconds per step computing, recent mean', 'jp-HvdRank-compute'],
   ['wait', 'ms', 'milliseconds per step waiting for the other ranks in collectives, recent mean', 'jp-HvdRank-wait'],
@@ -146,8 +162,12 @@ export function renderPool(p: IPool, pending?: IPending | null, now = Date.now()
     );
   }
   if (p.cell) {
-    const cell = el('div', 'jp-HvdPool-cell', `▶ ${p.cell}`);
+    const shown = cellText(p.cell);
+    const cell = el('div', 'jp-HvdPool-cell', `▶ ${shown.text}`);
     cell.title = p.cell;
+    if (shown.own) {
+      cell.dataset.own = 'true'; // jupyter-hvd's code, not the user's: in words, in the UI's font
+    }
     box.appendChild(cell);
   }
   const actions = el('div', 'jp-HvdPool-actions');
@@ -157,23 +177,18 @@ export function renderPool(p: IPool, pending?: IPending | null, now = Date.now()
     button.dataset.action = action;
     button.dataset.poolId = p.id;
     button.disabled = !allowed.includes(action);
-    button.title =
-      p.stale && action === 'stop'
-        ? 'Its kernel died: kill what is left of the pool'
-        : action === 'where'
-          ? 'Where every rank is now: cell line, function, the collective it waits in'
-          : LABELS[action];
+    button.title = actionTitle(p, action);
     actions.appendChild(button);
   }
   box.appendChild(actions);
   if (pending) {
-    box.appendChild(el('div', 'jp-HvdPool-pending', pendingText(pending, now)));
+    box.appendChild(el('div', 'jp-HvdPool-note jp-HvdPool-pending', pendingText(pending, now)));
   }
   const kept = formatKept(p);
   if (kept) {
     box.appendChild(el('div', 'jp-HvdPool-meta jp-HvdPool-kept', kept));
   }
-  if (p.where) {
+  if (p.where && whereIsCurrent(p)) {
     const at = new Date(p.where.asked * 1000).toTimeString().slice(0, 8); // HH:MM:SS, local
     const where = el('div', 'jp-HvdPool-where', '');
     where.appendChild(el('div', 'jp-HvdPool-whereTitle', `Where the ranks were at ${at} (${p.where.why})`));

@@ -2,9 +2,38 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
-import { Action, confirmation, IPending, IPool, IPoolList, pending, pendingDone } from './model';
+import {
+  Action,
+  asOfCell,
+  confirmation,
+  hvdCellFirstLine,
+  ICellSeen,
+  IConfirmation,
+  IPending,
+  IPool,
+  IPoolList,
+  pending,
+  pendingDone
+} from './model';
 import { renderPools } from './render';
 import { requestAPI } from './request';
+
+/** Ask `question` in a dialog, one paragraph per line; whether the user went on. */
+async function confirmed(question: IConfirmation): Promise<boolean> {
+  const body = new Widget();
+  body.addClass('jp-HvdConfirm');
+  for (const line of question.lines) {
+    const paragraph = document.createElement('p');
+    paragraph.textContent = line;
+    body.node.appendChild(paragraph);
+  }
+  const result = await showDialog({
+    title: question.title,
+    body,
+    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: question.accept })]
+  });
+  return result.button.accept;
+}
 
 /**
  * The left-sidebar panel: every jupyter-hvd pool of this server and its ranks, refreshed about once a second
@@ -16,8 +45,15 @@ export class HvdSidebar extends Widget {
   selected: string | null = null;
   /** Actions asked for from here that have not finished, by pool id: that pool's buttons wait for them. */
   pending = new Map<string, IPending>();
+  /** The `%%hvd` cell this page last saw begin in each kernel (by kernel id), for the time its pool file lags. */
+  cellsSeen = new Map<string, ICellSeen>();
+  /** Called before each refresh: the plugin connects the notebooks opened since to `noteExecution`. */
+  beforeRefresh: () => void = () => undefined;
   private _list: HTMLElement;
   private _error = '';
+  /** The server's clock at its last answer (epoch s), and the server's clock minus this page's (s). */
+  private _now = 0;
+  private _clockOffset = 0;
 
   constructor(refreshMs = 1000) {
     super();
@@ -42,9 +78,12 @@ export class HvdSidebar extends Widget {
 
   /** Ask the server for the pools now and redraw. */
   async refresh(): Promise<void> {
+    this.beforeRefresh();
     try {
       const data = await requestAPI<IPoolList>('pools');
       this.pools = data.pools;
+      this._now = data.now;
+      this._clockOffset = data.now - Date.now() / 1000;
       this._error = '';
       for (const [id, job] of this.pending) {
         if (pendingDone(job, this.pools.find(p => p.id === id) ?? null)) {
@@ -59,23 +98,32 @@ export class HvdSidebar extends Widget {
     this._render();
   }
 
-  /** Carry out `action` on pool `poolId`, asking first when it would destroy the workers' state. */
+  /** A notebook's kernel `kernelId` began running `code` (its execute_input message): where it is a `%%hvd` cell,
+   * its pool runs a new cell from now on, whatever the pool file still says. */
+  noteExecution(kernelId: string, code: string, atMs = Date.now()): void {
+    const firstLine = hvdCellFirstLine(code);
+    if (firstLine === null) {
+      return;
+    }
+    this.cellsSeen.set(kernelId, { at: atMs / 1000 + this._clockOffset, firstLine });
+    this._render();
+  }
+
+  /** The pools as they are now: the file's, or, where this page saw a cell begin that the file does not know yet,
+   * that cell running. */
+  shownPools(): IPool[] {
+    return this.pools.map(p => asOfCell(p, this.cellsSeen.get(p.kernel_id), this._now));
+  }
+
+  /** Carry out `action` on pool `poolId`, asking first when it would destroy what the ranks hold. */
   async act(poolId: string, action: Action): Promise<boolean> {
-    const pool = this.pools.find(p => p.id === poolId);
+    const pool = this.shownPools().find(p => p.id === poolId);
     if (!pool || this.pending.has(poolId)) {
       return false;
     }
     const question = confirmation(pool, action);
-    if (question) {
-      const label = action === 'restart' ? 'Restart' : 'Stop';
-      const result = await showDialog({
-        title: `${label} the pool?`,
-        body: question,
-        buttons: [Dialog.cancelButton(), Dialog.warnButton({ label })]
-      });
-      if (!result.button.accept) {
-        return false;
-      }
+    if (question && !(await confirmed(question))) {
+      return false;
     }
     this.pending.set(poolId, pending(pool, action)); // its buttons wait until the pool shows it is done
     this._render();
@@ -100,7 +148,7 @@ export class HvdSidebar extends Widget {
   }
 
   private _render(): void {
-    renderPools(this._list, this.pools, this._error, this.pending);
+    renderPools(this._list, this.shownPools(), this._error, this.pending);
   }
 
   private _onClick = (event: MouseEvent): void => {

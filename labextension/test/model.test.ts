@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
 
 import {
+  actionTitle,
   allowedActions,
+  asOfCell,
+  CELL_FILE_DELAY_S,
+  comesBack,
+  hvdCellFirstLine,
   pending,
   pendingDone,
   choosePool,
@@ -14,7 +19,10 @@ import {
   formatRanks,
   formatStep,
   formatUsage,
-  poolWarnings
+  cellText,
+  IPool,
+  poolWarnings,
+  whereIsCurrent
 } from '../src/model';
 import { pool, rank } from './fixtures';
 
@@ -95,10 +103,11 @@ describe('pool warnings', () => {
 });
 
 describe('actions', () => {
-  it('interrupts without asking, confirms restart and stop of a live pool', () => {
-    expect(confirmation(pool({ state: 'running' }), 'interrupt')).toBeNull();
-    expect(confirmation(pool(), 'restart')).toMatch(/Restart the 2 ranks of train.ipynb\? Models and variables/);
-    expect(confirmation(pool(), 'stop')).toMatch(/Stop the 2 ranks/);
+  it('asks nothing before Where and Interrupt: they change nothing the ranks hold', () => {
+    for (const state of ['idle', 'running'] as const) {
+      expect(confirmation(pool({ state }), 'where')).toBeNull();
+      expect(confirmation(pool({ state }), 'interrupt')).toBeNull();
+    }
   });
 
   it('asks nothing when there is no worker state left to lose', () => {
@@ -116,7 +125,10 @@ describe('actions', () => {
   it('says what is kept, how many snapshots and the disk they take', () => {
     expect(formatKept(pool())).toBe('');
     expect(formatKept(pool({ kept: ['model', 'opt'], snapshots: 3, kept_bytes: 300 * 2 ** 20 }))).toBe(
-      'Kept: model, opt · 3 snapshots · 300 MB on disk'
+      'Kept: model, opt · 3\u00a0snapshots · 300\u00a0MB\u00a0on\u00a0disk'
+    );
+    expect(formatKept(pool({ kept: ['model'], snapshots: 1, kept_bytes: 730 }))).toBe(
+      'Kept: model · 1\u00a0snapshot · <\u00a01\u00a0MB\u00a0on\u00a0disk' // not "0 MB": something is on disk
     );
   });
 
@@ -140,6 +152,8 @@ describe('actions asked for from the sidebar', () => {
     expect(pendingDone(restart, pool({ state: 'idle' }), at(3))).toBe(false); // the same engines still
     const fresh = pool({ state: 'idle', ranks: [rank({ pid: 5000 }), rank({ rank: 1, pid: 5001 })] });
     expect(pendingDone(restart, fresh, at(4))).toBe(true);
+    // New engines that still replay the setup journal or restore the kept names: not done yet.
+    expect(pendingDone(restart, { ...fresh, state: 'running', cell: 'import torch' }, at(4))).toBe(false);
     const interrupt = pending(p, 'interrupt', at(0));
     expect(pendingDone(interrupt, p, at(1))).toBe(false);
     expect(pendingDone(interrupt, pool({ state: 'idle' }), at(1))).toBe(true);
@@ -154,5 +168,150 @@ describe('actions asked for from the sidebar', () => {
     const p = pool({ state: 'running' });
     expect(pendingDone(pending(p, 'interrupt', at(0)), p, at(21))).toBe(true);
     expect(pendingDone(pending(p, 'restart', at(0)), pool({ state: 'restarting' }), at(181))).toBe(true);
+  });
+});
+
+describe('the questions before Restart and Stop', () => {
+  const kept = { kept: ['model', 'opt'], snapshots: 3, kept_bytes: 300 * 2 ** 20, journal_entries: 2 };
+
+  it("Restart names what comes back (the setup journal's entries, the kept names from their newest snapshot)", () => {
+    const q = confirmation(pool(kept), 'restart')!;
+    expect(q.title).toBe('Restart the pool of train.ipynb?');
+    expect(q.accept).toBe('Restart');
+    expect(q.lines).toEqual([
+      'Its 2 ranks start again as new processes, with the same options.',
+      "Comes back: the setup journal's 2 entries, replayed in order; then model, opt from their newest snapshot.",
+      "Lost: everything else in the ranks' namespaces (variables, models, data)."
+    ]);
+    expect(q.lines.join(' ')).not.toMatch(/Models and variables on the ranks are lost/);
+  });
+
+  it('Restart says when nothing comes back, and a kept name without a snapshot yet', () => {
+    expect(confirmation(pool({ journal_entries: 0 }), 'restart')!.lines).toEqual([
+      'Its 2 ranks start again as new processes, with the same options.',
+      'Nothing comes back: no %%hvd --setup cell has run and no name is kept (%hvd_keep).',
+      "Lost: everything in the ranks' namespaces (variables, models, data)."
+    ]);
+    const unsaved = confirmation(pool({ journal_entries: 1, kept: ['model'], snapshots: 0 }), 'restart')!;
+    expect(unsaved.lines[1]).toBe("Comes back: the setup journal's entry, replayed.");
+    expect(unsaved.lines[2]).toMatch(/^model: kept, but no snapshot is written yet .* so it does not come back\.$/);
+  });
+
+  it('Restart and Stop of a running pool say the running cell is interrupted first', () => {
+    expect(confirmation(pool({ state: 'running' }), 'restart')!.lines[0]).toMatch(/The running cell is interrupted/);
+    expect(confirmation(pool({ state: 'running' }), 'stop')!.lines[0]).toMatch(/The running cell is interrupted/);
+  });
+
+  it('Stop says everything goes: namespaces, the setup journal, the snapshots with the pool directory', () => {
+    const q = confirmation(pool(kept), 'stop')!;
+    expect(q.title).toBe('Stop the pool of train.ipynb?');
+    expect(q.accept).toBe('Stop');
+    expect(q.lines).toEqual([
+      'Its 2 ranks end, and the pool with them.',
+      "Lost: everything in the ranks' namespaces, the setup journal's 2 entries and the 3 snapshots of model, " +
+        "opt (300 MB): a stopped pool's directory is removed.",
+      '%hvd_start -np 2 starts a new, empty pool.'
+    ]);
+    expect(confirmation(pool({ journal_entries: 0 }), 'stop')!.lines[1]).toBe(
+      "Lost: everything in the ranks' namespaces."
+    );
+    const one = pool({ journal_entries: 1, kept: ['model'], snapshots: 1, kept_bytes: 10 });
+    expect(confirmation(one, 'stop')!.lines[1]).toBe(
+      "Lost: everything in the ranks' namespaces, the setup journal's entry and the snapshot of model (< 1 MB): a " +
+        "stopped pool's directory is removed."
+    );
+  });
+
+  it('says what comes back in one phrase, empty where nothing does', () => {
+    expect(comesBack(pool({ journal_entries: 0 }))).toBe('');
+    expect(comesBack(pool({ journal_entries: 0, kept: ['model'], snapshots: 2 }))).toBe(
+      'model from its newest snapshot'
+    );
+    // A server that does not send the count: the journal is named, not counted.
+    expect(comesBack(pool())).toBe('the setup journal (%%hvd --setup cells, %hvd_push), if any, replayed in order');
+  });
+
+  it('each button says what it does, and which ones ask first', () => {
+    const p = pool({ state: 'running' });
+    expect(actionTitle(p, 'where')).toMatch(/Changes nothing/);
+    expect(actionTitle(p, 'interrupt')).toMatch(/^Interrupt the running cell on every rank/);
+    expect(actionTitle(p, 'restart')).toMatch(/asks first, and says what comes back/);
+    expect(actionTitle(p, 'stop')).toMatch(/asks first/);
+    expect(actionTitle(pool({ stale: true, state: 'stale' }), 'stop')).toMatch(/kill what is left/);
+  });
+});
+
+describe('what belongs to the running cell', () => {
+  const where = (asked: number) => ({ asked, why: 'the sidebar asked', full: false, text: 'rank 0: idle', places: [] });
+
+  it('shows a Where picture taken since the running (or last) cell began and since the engines started', () => {
+    const p = pool({ started: 100, engines_started: 100, cell_started: 200 });
+    expect(whereIsCurrent(pool())).toBe(false); // none taken
+    expect(whereIsCurrent({ ...p, where: where(250) })).toBe(true); // during the cell, or after it
+    expect(whereIsCurrent({ ...p, where: where(150) })).toBe(false); // a cell ago
+    expect(whereIsCurrent({ ...p, engines_started: 300, where: where(250) })).toBe(false); // before a restart
+    expect(whereIsCurrent({ ...p, cell_started: 0, where: where(150) })).toBe(true); // no cell has run yet
+  });
+
+  it('reads the first line of a %%hvd cell as the kernel shows it, and nothing from other code', () => {
+    expect(hvdCellFirstLine('%%hvd\nimport time\nfor i in range(3):')).toBe('import time');
+    expect(hvdCellFirstLine('\n%%hvd --ranks all\n\n   \nmodel.train()')).toBe('model.train()');
+    expect(hvdCellFirstLine('%hvd_where')).toBeNull();
+    expect(hvdCellFirstLine('%%hvdx\n1')).toBeNull();
+    expect(hvdCellFirstLine('x = 1\n%%hvd')).toBeNull();
+  });
+
+  it("does not show the previous cell's figures as those of a cell the pool file does not know yet", () => {
+    const now = 1000;
+    const previous: IPool = pool({
+      state: 'idle',
+      updated_age: 0.4, // written at 999.6, before the cell began at 999.8
+      cell_started: 990,
+      where: where(995),
+      straggler: { rank: 1, ratio: 2, message: 'rank 1 is 2x slower' },
+      ranks: [
+        rank({ step: 192, loss: 0.005, last_line: 'epoch 8 loss=0.005', compute_ms: 22, wait_ms: 12, rss_mb: 355 }),
+        rank({ rank: 1, pid: 4243, step: 192 })
+      ]
+    });
+    const shown = asOfCell(previous, { at: 999.8, firstLine: 'import time' }, now);
+    expect(shown.state).toBe('running');
+    expect(shown.cell).toBe('import time');
+    expect(shown.ranks.map(r => [r.state, r.step, r.loss, r.last_line, r.compute_ms])).toEqual([
+      ['busy', null, null, null, null],
+      ['busy', null, null, null, null]
+    ]);
+    expect(shown.ranks[0].rss_mb).toBe(355); // the load is the process's, not the cell's
+    expect(shown.straggler).toBeNull();
+    expect(whereIsCurrent(shown)).toBe(false);
+    expect(previous.ranks[0].step).toBe(192); // the file's pool is left as it was
+  });
+
+  it('shows the pool file as it is once it was written by the new cell (or no cell was seen)', () => {
+    const file = pool({ state: 'idle', updated_age: 0, ranks: [rank({ step: 3 })] });
+    expect(asOfCell(file, undefined, 1000)).toBe(file);
+    // Written well after the cell began: the cell's own figures (it may have ended already).
+    expect(asOfCell(file, { at: 1000 - CELL_FILE_DELAY_S - 0.1, firstLine: 'x' }, 1000)).toBe(file);
+    // The file says the cell began (its own start time, at or after the one this page saw).
+    const running = pool({ state: 'running', updated_age: 0.2, cell_started: 999.9, ranks: [rank({ step: 1 })] });
+    expect(asOfCell(running, { at: 999.85, firstLine: 'x' }, 1000)).toBe(running);
+    // A pool restarting, stopping or dead is shown as it is.
+    const restarting = pool({ state: 'restarting', updated_age: 5 });
+    expect(asOfCell(restarting, { at: 999, firstLine: 'x' }, 1000)).toBe(restarting);
+  });
+});
+
+describe('the running cell', () => {
+  it("shows the user's code as it is and jupyter-hvd's own code (a restart's restore) in words", () => {
+    expect(cellText('for epoch in range(8):')).toEqual({ text: 'for epoch in range(8):', own: false });
+    const restore = "__import__('jupyter_hvd.engine.keep_restore', fromlist=['prepare']).apply(['model', 'opt'])";
+    expect(cellText(restore)).toEqual({ text: 'restoring model, opt from the newest snapshot', own: true });
+    expect(cellText("__import__('jupyter_hvd.engine.keep.restore').prepare({}, '/tmp/x')").text).toBe(
+      'restoring the kept names from the newest snapshot'
+    );
+    expect(cellText("__import__('jupyter_hvd.engine.other').run()")).toEqual({
+      text: "jupyter-hvd's own work on the ranks",
+      own: true
+    });
   });
 });

@@ -1,10 +1,12 @@
 import { CommandRegistry } from '@lumino/commands';
+import { Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 
 import plugin from '../src/index';
 import { requestAPI } from '../src/request';
-import { pool } from './fixtures';
+import { HvdSidebar } from '../src/sidebar';
+import { pool, rank } from './fixtures';
 
 // What jsdom lacks and JupyterLab's packages use on import: DragEvent (@lumino/dragdrop), matchMedia (the
 // design tokens of @jupyter/web-components).
@@ -28,7 +30,7 @@ function fakeApp(main: Widget | null = null) {
     add: (widget: Widget, area?: string, options?: { rank?: number }) =>
       added.push({ widget, area, rank: options?.rank }),
     activateById: (id: string) => activated.push(id),
-    widgets: () => added.map(a => a.widget)[Symbol.iterator]()
+    widgets: (area?: string) => (area === 'main' ? [main ?? []].flat() : added.map(a => a.widget))[Symbol.iterator]()
   };
   const app = { commands: new CommandRegistry(), shell };
   return { app: app as any, added, activated };
@@ -97,5 +99,30 @@ describe('the plugin in JupyterLab', () => {
       'jupyter-hvd:stop'
     ]);
     added[0].widget.dispose();
+  });
+});
+
+describe("the sidebar and the notebooks' kernels", () => {
+  it("shows a %%hvd cell running as soon as its kernel begins it, without the previous cell's figures", async () => {
+    const iopub = new Signal<unknown, any>({});
+    const notebook = Object.assign(new Widget(), {
+      sessionContext: { session: { kernel: { id: 'k-1' } }, iopubMessage: iopub }
+    });
+    const { app, added } = fakeApp(notebook);
+    await activate(app);
+    const sidebar = added[0].widget as HvdSidebar;
+    const previous = pool({ updated_age: 0.5, ranks: [rank({ step: 192, last_line: 'epoch 8 loss=0.005' })] });
+    request.mockResolvedValue({ pools: [previous], now: Date.now() / 1000 });
+    await sidebar.refresh(); // connects to the notebook's kernel messages, then shows the pool file
+    const step = () => sidebar.node.querySelector('tr.jp-HvdRank .jp-HvdRank-step')!.textContent;
+    const state = () => (sidebar.node.querySelector('.jp-HvdPool') as HTMLElement).dataset.state;
+    expect([state(), step()]).toEqual(['idle', '192']);
+    iopub.emit({ header: { msg_type: 'execute_input' }, content: { code: '%hvd_where' } }); // not a %%hvd cell
+    expect([state(), step()]).toEqual(['idle', '192']);
+    iopub.emit({ header: { msg_type: 'execute_input' }, content: { code: '%%hvd\nimport time\ntime.sleep(4)' } });
+    expect([state(), step()]).toEqual(['running', '–']);
+    expect(sidebar.node.querySelector('.jp-HvdPool-cell')!.textContent).toBe('▶ import time');
+    expect(sidebar.node.querySelector('.jp-HvdRank-line')).toBeNull();
+    sidebar.dispose();
   });
 });

@@ -42,10 +42,10 @@ describe('sidebar rendering', () => {
     expect((rows[0].querySelector('.jp-HvdState-dot') as HTMLElement).dataset.state).toBe('busy');
     expect(rows[0].title).toContain('host node1, pid 4242, device cpu');
     expect(rows[0].title).toContain('CPU 98% 900 MB · heartbeat 0 s ago');
-    expect(rows[0].title).toContain('step 1200 · loss 0.1235');
+    expect(rows[0].title).toContain('1200 steps · loss 0.1235'); // a count with its unit, not a bare number
     expect(rows[0].title).toContain('last line: epoch 3 loss 0.12');
     // Headers in words, with their units under them.
-    expect(texts(box, 'th')).toEqual(['rank', 'step', 'loss', 'computems', 'waitms', 'load%, memory']);
+    expect(texts(box, 'th')).toEqual(['rank', 'steps', 'loss', 'computems', 'waitms', 'load%, memory']);
     expect(texts(box, 'th .jp-HvdRanks-unit')).toEqual(['ms', 'ms', '%, memory']);
     expect(box.querySelectorAll('.jp-HvdPool-warning').length).toBe(0);
   });
@@ -143,7 +143,7 @@ describe('sidebar rendering', () => {
       'Where the ranks were at 10:42:07 (the sidebar asked)'
     );
     expect(root.querySelector('.jp-HvdPool-wherePlaces')!.textContent).toContain("rank 1: in f()");
-    expect(root.querySelector('.jp-HvdPool-kept')!.textContent).toBe('Kept: model · 1 snapshot · 1 MB on disk');
+    expect(root.querySelector('.jp-HvdPool-kept')!.textContent).toBe('Kept: model · 1\u00a0snapshot · 1\u00a0MB\u00a0on\u00a0disk');
   });
 
   it("disables a pool's buttons while an action asked for from here runs, and says what it waits for", () => {

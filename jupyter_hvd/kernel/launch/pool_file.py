@@ -11,10 +11,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, fields
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ... import state
 from ..ranks import Rank
+
+if TYPE_CHECKING:
+    from .keep import Keeper
 
 _RANK_FIELDS = {f.name for f in fields(state.RankRecord)}
 
@@ -29,6 +32,7 @@ class PoolView(Protocol):
     state: str
     busy_cell: str | None
     ranks: list[Rank]
+    keeper: Keeper  # its setup journal: how many entries a restart replays
 
     @property
     def options_dict(self) -> dict[str, Any]: ...
@@ -58,6 +62,7 @@ class PoolFile:
         self._identity = state.kernel_identity()
         self._engines: tuple[int, ...] = ()  # the engines' pids: new ones mean a restart
         self.engines_started = 0.0
+        self.cell_started = 0.0  # epoch s: when the running (or last) cell started (the sidebar's clock for it)
         self.poke: Callable[[], None] | None = None  # the watcher's: write soon, from its thread
 
     def update_ranks(self, stats: dict[int, dict[str, Any]]) -> None:
@@ -71,6 +76,7 @@ class PoolFile:
 
     def start_of_cell(self) -> None:
         """A cell starts: the figures of the one before (step, loss, per-step times, last line) are not this one's."""
+        self.cell_started = time.time()  # no write here: the sidebar dates figures and Where by it
         for stats in self.rank_stats.values():
             for name in CELL_FIGURES:
                 stats.pop(name, None)
@@ -123,6 +129,8 @@ class PoolFile:
                 straggler=self.straggler,
                 engines_started=self.engines_started or pool.started_at,
                 where=self.where,
+                cell_started=self.cell_started,
+                journal_entries=len(pool.keeper.journal),
                 **pool.kept_summary(),
                 **self._identity,
             )

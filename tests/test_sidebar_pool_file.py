@@ -1,0 +1,69 @@
+"""What the sidebar reads from a pool file beside the pool's state: how many setup-journal entries a Restart replays
+(its question says so), and when the running cell began (a Where picture older than it is not shown). The kernel's
+writer (kernel/pool_file.py) without a pool's processes, and the server's describe() that passes them on."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_hvd import state
+from jupyter_hvd.kernel.keep import Keeper
+from jupyter_hvd.kernel.pool_file import PoolFile
+from jupyter_hvd.kernel.ranks import Rank
+from jupyter_hvd.server.registry import describe
+
+
+@dataclass
+class FakePool:
+    """What PoolFile.write reads of a pool (kernel/pool_file.py PoolView), with one rank and a setup journal."""
+
+    id: str = "hvd-1-7"
+    started_at: float = field(default_factory=time.time)
+    state: str = "idle"
+    busy_cell: str | None = None
+    ranks: list[Rank] = field(default_factory=lambda: [Rank(0, 0, "h", 1, "cpu", "MPI", "MPI")])
+    keeper: Keeper = field(default_factory=Keeper)
+
+    @property
+    def options_dict(self) -> dict[str, Any]:
+        return {}
+
+    @property
+    def np(self) -> int:
+        return 1
+
+    def channel_problems(self) -> list[str]:
+        return []
+
+    def kept_summary(self) -> dict[str, Any]:
+        return {"kept": [], "snapshots": 0, "kept_bytes": 0}
+
+
+def test_the_pool_file_says_the_journal_size_and_when_the_running_cell_began(_state_dir) -> None:
+    pool = FakePool()
+    pool.keeper.journal.extend(["setup cell 1", "setup cell 2"])  # type: ignore[list-item]  # only counted here
+    file = PoolFile(pool.id)
+
+    def read() -> dict[str, Any]:
+        data = state.read_pool(file.path)
+        assert data is not None, f"no pool file at {file.path}"
+        return data
+
+    file.write(pool)
+    before = read()
+    assert before["journal_entries"] == 2 and before["cell_started"] == 0.0  # no cell yet
+
+    t0 = time.time()
+    file.update_ranks({0: {"step": 192, "last_line": "epoch 8 loss=0.005"}})
+    file.start_of_cell()  # no write: the watcher writes the file within a second
+    assert read()["cell_started"] == 0.0
+    file.write(pool)
+    data = read()
+    assert t0 <= data["cell_started"] <= time.time()
+    assert data["ranks"][0]["step"] is None and data["ranks"][0]["last_line"] is None
+
+    sent = describe(data, time.time(), {}, {})
+    assert sent["journal_entries"] == 2 and sent["cell_started"] == data["cell_started"]
+    file.remove()
