@@ -1,6 +1,6 @@
 """What the sidebar reads from a pool file beside the pool's state: how many setup-journal entries a Restart replays
 (its question says so), and when the running cell began (a Where picture older than it is not shown). The kernel's
-writer (kernel/pool_file.py) without a pool's processes, and the server's describe() that passes them on."""
+writer (kernel/launch/pool_file.py) without a pool's processes, and the server's describe() that passes them on."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_hvd import state
-from jupyter_hvd.kernel.keep import Keeper
-from jupyter_hvd.kernel.pool_file import PoolFile
+from jupyter_hvd.kernel.keep.journal import Keeper
+from jupyter_hvd.kernel.launch.pool_file import PoolFile
 from jupyter_hvd.kernel.ranks import Rank
 from jupyter_hvd.server.registry import describe
 
 
 @dataclass
 class FakePool:
-    """What PoolFile.write reads of a pool (kernel/pool_file.py PoolView), with one rank and a setup journal."""
+    """What PoolFile.write reads of a pool (kernel/launch/pool_file.py PoolView), with one rank and a setup journal."""
 
     id: str = "hvd-1-7"
     started_at: float = field(default_factory=time.time)

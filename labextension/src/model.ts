@@ -323,7 +323,7 @@ export function hvdCellFirstLine(code: string): string | null {
  * delay. */
 export const CELL_FILE_DELAY_S = 0.3;
 
-/** The figures of a rank that belong to one cell (kernel/pool_file.py CELL_FIGURES, and what a stall adds). */
+/** The figures of a rank that belong to one cell (kernel/launch/pool_file.py CELL_FIGURES, and what a stall adds). */
 const CELL_FIGURES = ['step', 'loss', 'compute_ms', 'wait_ms', 'last_line', 'stalled_on'] as const;
 
 /**

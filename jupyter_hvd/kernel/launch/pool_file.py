@@ -17,7 +17,7 @@ from ... import state
 from ..ranks import Rank
 
 if TYPE_CHECKING:
-    from .keep import Keeper
+    from ..keep.journal import Keeper
 
 _RANK_FIELDS = {f.name for f in fields(state.RankRecord)}
 
