@@ -2,7 +2,10 @@
 addressed, how a user's value becomes bytes, and the rules both sides must apply alike.
 
 The kernel (jupyter_hvd/kernel/) and the engines (jupyter_hvd/engine/) import this module and nothing of each
-other: an engine function the kernel runs through ipyparallel is named by a string (`call`), not imported.
+other. What the kernel asks of the engines besides the user's cells is a typed `Task`, done by one dispatcher on the
+engine (engine/tasks.py): on the cell channel inside a `RunCell` (a restore, which must run in the cells' order and
+be watched as a cell is), or through ipyparallel for what needs its zero-copy buffers or comes before the channel
+(a push or pull of a big value, the start), signed there with ipyparallel's own session key.
 
 A channel message is two frames: an HMAC-SHA256 of the payload under the pool's key, then the pickled payload,
 `(VERSION, sender, seq, message)`. Either side drops a message whose signature does not match before unpickling it
@@ -43,7 +46,8 @@ KERNEL = b"kernel"  # the sender of requests
 
 @dataclass(frozen=True)
 class RunCell:
-    """Run a `%%hvd` cell: `source` is already transformed Python; `show`: this rank's output goes to the notebook."""
+    """Run a `%%hvd` cell: `source` is already transformed Python; `show`: this rank's output goes to the notebook.
+    With a `task`, the rank does that instead of running source, watched as a cell is; its result is the value."""
 
     cell: int
     source: str
@@ -52,6 +56,7 @@ class RunCell:
     max_lines: int
     count: int | None = None  # the notebook's execution count, as in [7] (snapshots taken in this cell say it)
     every_value: bool = False  # every rank sends its last expression's value, not rank 0 alone
+    task: CellTask | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,113 @@ class Interrupt:
 
 
 Request = RunCell | Join | Rest | Ping | Keep | Commit | Prune | Where | Debug | InputReply | Interrupt
+
+# ---- tasks: jupyter-hvd's own work on the ranks (engine/tasks.py does each) ------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    """A new engine joins its pool: MPI, Horovod (and torch.distributed), device, namespace, the cell channel
+    (engine/bootstrap.py, through `start`); the result is the rank's row of the pool table."""
+
+    env: dict[str, str]
+    device: str
+    channel: dict[str, Any]
+    torch_distributed: bool
+    torch_store: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RestorePrepare:
+    """Read this rank's part of a snapshot (`plan`: rank -> generation) without touching the namespace; the result
+    says which names it could bring back (engine/keep/restore.py)."""
+
+    plan: dict[int, GenId]
+    directory: str
+
+    def words(self) -> str:
+        return "reading the snapshot of the kept names"
+
+
+@dataclass(frozen=True)
+class RestoreApply:
+    """Put the names every rank could read in place, all of them (the second step of a restore)."""
+
+    names: list[str]
+
+    def words(self) -> str:
+        return f"restoring {', '.join(self.names)} from the snapshot"
+
+
+@dataclass(frozen=True)
+class TimelineStart:
+    """Record Horovod's timeline into `path` (engine/diagnose/timeline.py)."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class TimelineStop:
+    """Stop the timeline; the result says where rank 0's file is and how big."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class TimelineRead:
+    """The timeline file's text (rank 0 on another host)."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class ProfileStart:
+    """Record the next cell with torch.profiler (engine/diagnose/profile.py)."""
+
+
+@dataclass(frozen=True)
+class ProfileStop:
+    """Stop recording; each rank writes its trace into `folder` and says where its time went."""
+
+    folder: str
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Serialise the rank's variable `name` for a pull; the result says how big it is (engine/transfer.py)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Take:
+    """Hand out what Stage serialised: the pickle, then its buffers (ipyparallel sends them without a copy)."""
+
+
+@dataclass(frozen=True)
+class Receive:
+    """Bind pushed values: `counts[i]` of the buffers sent beside the task belong to `names[i]`."""
+
+    names: list[str]
+    headers: list[bytes]
+    counts: list[int]
+
+
+# Tasks that run as a cell does, on the cell channel.
+CellTask = RestorePrepare | RestoreApply
+
+Task = (
+    RestorePrepare
+    | RestoreApply
+    | TimelineStart
+    | TimelineStop
+    | TimelineRead
+    | ProfileStart
+    | ProfileStop
+    | Stage
+    | Take
+    | Receive
+)
 
 # ---- messages: a rank -> the kernel (events) ---------------------------------------------------------------
 
@@ -421,16 +533,19 @@ def new_identity() -> bytes:
     return secrets.token_hex(16).encode()
 
 
-# ---- engine functions the kernel runs through ipyparallel ------------------------------------------------------
+# ---- tasks the kernel sends through ipyparallel ----------------------------------------------------------------
 
 
-def call(entry: str, *args: Any) -> Any:
-    """Run `jupyter_hvd.engine.<module>.<function>` named by `entry` ("transfer.stage") with `args`, on an engine.
+def perform(task: Task, *buffers: Any) -> Any:
+    """Do `task` on an engine (engine/tasks.py), with `buffers` sent beside it; the kernel sends this function, which
+    both sides can import, so it never imports engine code."""
+    return importlib.import_module("jupyter_hvd.engine.tasks").perform(task, *buffers)
 
-    The kernel sends this function (importable on both sides) and a name, so it never imports engine code.
-    """
-    module, _, function = entry.rpartition(".")
-    return getattr(importlib.import_module(f"jupyter_hvd.engine.{module}"), function)(*args)
+
+def start(task: Start) -> dict[str, Any]:
+    """Make a new engine a rank of its pool (engine/bootstrap.py); its row of the pool table."""
+    bootstrap = importlib.import_module("jupyter_hvd.engine.bootstrap")
+    return bootstrap.start(task.env, task.device, task.channel, task.torch_distributed, task.torch_store)
 
 
 # ---- rules both sides apply alike ------------------------------------------------------------------------------

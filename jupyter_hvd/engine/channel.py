@@ -242,6 +242,7 @@ class Channel:
             out,
             err,
             request.every_value,
+            request.task,
         )
         if not isinstance(record, CellRecord):  # an interrupt that landed outside the cell's own handling
             record = CellRecord(rank=self.rank, ok=False, error=record.get("error"))

@@ -124,7 +124,8 @@ def send(pool: Pool, payload: Payload, timeout: float | None = None) -> None:
     what = f"Pushing {', '.join(names)}"
     if payload.nbytes > ANNOUNCE_BYTES:
         print(f"pushing {', '.join(names)} to {len(ranks)} ranks: {size_text(payload.nbytes)} each...", flush=True)
-    ar = pool.view.apply_async(wire.call, "transfer.receive", names, payload.headers, payload.counts, *payload.buffers)
+    receive = wire.Receive(names, payload.headers, payload.counts)
+    ar = pool.view.apply_async(wire.perform, receive, *payload.buffers)
     try:
         outcomes = wait(pool, ar, ranks, what, pool.options.timeout if timeout is None else timeout)
     except KeyboardInterrupt:
@@ -179,7 +180,7 @@ def pull(pool: Pool, name: str, rank: int = 0, timeout: float | None = None) -> 
     where = f"rank {rank}"
     what = f"Pulling {name} from {where}"
     try:
-        info = wait(pool, engine.apply_async(wire.call, "transfer.stage", name), [rank], what, limit)[0]
+        info = wait(pool, engine.apply_async(wire.perform, wire.Stage(name)), [rank], what, limit)[0]
         if not info["ok"]:
             if info["ename"] == "NameError":
                 raise TransferError(f"{name} is not defined on {where}")
@@ -196,7 +197,7 @@ def pull(pool: Pool, name: str, rank: int = 0, timeout: float | None = None) -> 
             )
         if info["nbytes"] > ANNOUNCE_BYTES:
             print(f"pulling {name} from {where}: {size_text(info['nbytes'])}...", flush=True)
-        frames = wait(pool, engine.apply_async(wire.call, "transfer.take"), [rank], what, limit)[0]
+        frames = wait(pool, engine.apply_async(wire.perform, wire.Take()), [rank], what, limit)[0]
     except KeyboardInterrupt:
         raise TransferError(f"Interrupted: {name} was not pulled from {where}; the notebook is unchanged.") from None
     header, *buffers = frames

@@ -151,6 +151,7 @@ def describe(
         "uptime": round(now - engines_started, 1),  # of the engines running now: a restart starts it again
         "updated_age": round(now - updated, 1),
         "cell": data.get("cell"),
+        "cell_own": bool(data.get("cell_own")),
         "ranks": ranks,
         "straggler": data.get("straggler"),
         "nonfinite": data.get("nonfinite"),

@@ -92,7 +92,8 @@ class PoolRecord:
     notebook: str
     backend: str = ""
     hosts: list[str] = field(default_factory=list)
-    cell: str | None = None  # the first line of the running cell
+    cell: str | None = None  # the first line of the running cell, or what jupyter-hvd's own work does (cell_own)
+    cell_own: bool = False  # the running "cell" is jupyter-hvd's own work on the ranks (a restore), said in words
     ranks: list[RankRecord] = field(default_factory=list)
     straggler: Straggler | None = None
     nonfinite: Nonfinite | None = None

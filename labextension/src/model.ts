@@ -101,6 +101,8 @@ export interface IPool {
   uptime: number;
   updated_age: number;
   cell?: string | null;
+  /** The running "cell" is jupyter-hvd's own work on the ranks (a restore): `cell` says it in words. */
+  cell_own?: boolean;
   ranks: IRank[];
   straggler?: IStraggler | null;
   nonfinite?: INonfinite | null;
@@ -409,19 +411,6 @@ export function pendingText(job: IPending, now = Date.now()): string {
     stop: 'Stopping the pool'
   };
   return `${doing[job.action]} (asked ${formatDuration((now - job.since) / 1000)} ago)…`;
-}
-
-/** The running cell's first line as the sidebar shows it: the user's code as it is; jupyter-hvd's own code that a
- * restart runs on the ranks (kernel/restore.py: `__import__('jupyter_hvd.engine....').apply([...])`) in words. */
-export function cellText(cell: string): { text: string; own: boolean } {
-  if (!cell.startsWith("__import__('jupyter_hvd.")) {
-    return { text: cell, own: false };
-  }
-  if (/keep[._]restore/.test(cell)) {
-    const names = /\.apply\(\[(.*?)\]/.exec(cell)?.[1]?.replace(/['"]/g, '');
-    return { text: `restoring ${names || 'the kept names'} from the newest snapshot`, own: true };
-  }
-  return { text: "jupyter-hvd's own work on the ranks", own: true };
 }
 
 /** The notebook a pool belongs to, by its file name; the kernel id when the server does not know it. */

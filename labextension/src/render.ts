@@ -6,7 +6,6 @@
 import {
   actionTitle,
   allowedActions,
-  cellText,
   formatKept,
   formatDuration,
   formatLoss,
@@ -162,11 +161,10 @@ export function renderPool(p: IPool, pending?: IPending | null, now = Date.now()
     );
   }
   if (p.cell) {
-    const shown = cellText(p.cell);
-    const cell = el('div', 'jp-HvdPool-cell', `▶ ${shown.text}`);
+    const cell = el('div', 'jp-HvdPool-cell', `▶ ${p.cell}`);
     cell.title = p.cell;
-    if (shown.own) {
-      cell.dataset.own = 'true'; // jupyter-hvd's code, not the user's: in words, in the UI's font
+    if (p.cell_own) {
+      cell.dataset.own = 'true'; // jupyter-hvd's own work, in words: in the UI's font, not the code's
     }
     box.appendChild(cell);
   }

@@ -19,7 +19,6 @@ import {
   formatRanks,
   formatStep,
   formatUsage,
-  cellText,
   IPool,
   poolWarnings,
   whereIsCurrent
@@ -298,20 +297,5 @@ describe('what belongs to the running cell', () => {
     // A pool restarting, stopping or dead is shown as it is.
     const restarting = pool({ state: 'restarting', updated_age: 5 });
     expect(asOfCell(restarting, { at: 999, firstLine: 'x' }, 1000)).toBe(restarting);
-  });
-});
-
-describe('the running cell', () => {
-  it("shows the user's code as it is and jupyter-hvd's own code (a restart's restore) in words", () => {
-    expect(cellText('for epoch in range(8):')).toEqual({ text: 'for epoch in range(8):', own: false });
-    const restore = "__import__('jupyter_hvd.engine.keep_restore', fromlist=['prepare']).apply(['model', 'opt'])";
-    expect(cellText(restore)).toEqual({ text: 'restoring model, opt from the newest snapshot', own: true });
-    expect(cellText("__import__('jupyter_hvd.engine.keep.restore').prepare({}, '/tmp/x')").text).toBe(
-      'restoring the kept names from the newest snapshot'
-    );
-    expect(cellText("__import__('jupyter_hvd.engine.other').run()")).toEqual({
-      text: "jupyter-hvd's own work on the ranks",
-      own: true
-    });
   });
 });

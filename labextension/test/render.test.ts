@@ -31,6 +31,7 @@ describe('sidebar rendering', () => {
     expect(texts(box, '.jp-HvdPool-notebook')).toEqual(['train.ipynb']);
     expect(box.querySelector('.jp-HvdPool-meta')!.textContent).toBe('up 2 min · 2 ranks · MPI · node1');
     expect(box.querySelector('.jp-HvdPool-cell')!.textContent).toContain('for epoch in range(100):');
+    expect((box.querySelector('.jp-HvdPool-cell') as HTMLElement).dataset.own).toBeUndefined();
     const rows = Array.from(box.querySelectorAll('tr.jp-HvdRank')) as HTMLElement[];
     expect(rows.map(r => r.dataset.state)).toEqual(['busy', 'stalled']);
     expect(rows.map(r => r.dataset.pid)).toEqual(['4242', '4243']);
@@ -48,6 +49,14 @@ describe('sidebar rendering', () => {
     expect(texts(box, 'th')).toEqual(['rank', 'steps', 'loss', 'computems', 'waitms', 'load%, memory']);
     expect(texts(box, 'th .jp-HvdRanks-unit')).toEqual(['ms', 'ms', '%, memory']);
     expect(box.querySelectorAll('.jp-HvdPool-warning').length).toBe(0);
+  });
+
+  it("says jupyter-hvd's own work on the ranks (a restart's restore) in words, apart from the user's code", () => {
+    const root = document.createElement('div');
+    renderPools(root, [pool({ state: 'running', cell: 'restoring model, opt from the snapshot', cell_own: true })]);
+    const cell = root.querySelector('.jp-HvdPool-cell') as HTMLElement;
+    expect(cell.textContent).toBe('▶ restoring model, opt from the snapshot');
+    expect(cell.dataset.own).toBe('true');
   });
 
   it('shows compute and wait per step with a title that says what the numbers are', () => {

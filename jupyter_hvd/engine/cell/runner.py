@@ -18,7 +18,7 @@ from collections import deque
 from typing import Any
 
 from ... import compat
-from ...wire import CellRecord, ErrorInfo
+from ...wire import CellRecord, CellTask, ErrorInfo
 from .. import collectives
 from ..diagnose import debugger
 from ..horovod import rest
@@ -122,9 +122,17 @@ class _Repr(str):
 
 
 def run_cell(
-    src: str, filename: str, show_output: bool, max_lines: int, stdout: Any, stderr: Any, every_value: bool = False
+    src: str,
+    filename: str,
+    show_output: bool,
+    max_lines: int,
+    stdout: Any,
+    stderr: Any,
+    every_value: bool = False,
+    task: CellTask | None = None,
 ) -> CellRecord:
-    """Execute `src` in the engine's user namespace and return a small record of how it ended.
+    """Execute `src` in the engine's user namespace (or do `task`, whose result is then the value) and return a small
+    record of how it ended.
 
     `stdout`/`stderr` receive the cell's output (up to `max_lines`, and only when `show_output`). Exceptions are
     caught and returned (not raised) so the kernel learns of a failure on one rank at once, while other ranks may
@@ -147,12 +155,16 @@ def run_cell(
     collectives.begin_cell()
     try:
         record.woke = rest.begin_cell()  # Horovod starts again at the cell's first use of it, unless asked now
-        body, last = _split_last_expression(src, filename)
-        exec(body, ns)
-        if last is not None:
-            value = eval(last, ns)
-            if value is not None and (rank == 0 or every_value):
-                record.value = _pickled(value)
+        if task is not None:
+            from .. import tasks
+
+            value = tasks.perform(task)
+        else:
+            body, last = _split_last_expression(src, filename)
+            exec(body, ns)
+            value = eval(last, ns) if last is not None else None
+        if value is not None and (rank == 0 or every_value):
+            record.value = _pickled(value)
     except BaseException as exc:
         record.ok = False
         record.error = describe_exception(exc)

@@ -76,6 +76,7 @@ class CellOptions:
     where_full: bool = False  # where the ranks are (stop button, stall) with library frames too
     time_limit: float | None = None  # seconds the cell may run before it is ended as if interrupted (replays)
     interactive: bool = True  # the user watches: pdb at a breakpoint() asks them (a replay's goes on)
+    task: wire.CellTask | None = None  # jupyter-hvd's own work, run as a cell instead of source (a restore)
 
 
 @dataclass
@@ -153,6 +154,7 @@ class CellRun:
                     self.options.log_lines,
                     self.options.count,
                     self.options.every_value,
+                    self.options.task,
                 )
                 channel.send(r.rank, request)
         except ChannelError as exc:
@@ -179,8 +181,9 @@ class CellRun:
         with self.pool.lock:
             if self.asks is not None:
                 self.asks.take_interrupt()  # it came for the cell before this one
-            first_line = next((ln for ln in self.source.splitlines() if ln.strip()), "")
-            self.pool.set_state("running", first_line[:120], publish=False)
+            task = self.options.task
+            first_line = task.words() if task else next((ln for ln in self.source.splitlines() if ln.strip()), "")
+            self.pool.set_state("running", first_line[:120], publish=False, own=task is not None)
             self.pool.file.nonfinite = None
             self.pool.file.straggler = None
             self.pool.file.start_of_cell()  # the sidebar shows this cell's figures only

@@ -25,9 +25,9 @@ def folder(requested: str) -> str:
     return os.path.abspath(requested or os.path.join(PROFILE_DIR, time.strftime("profile-%Y%m%d-%H%M%S")))
 
 
-def _on_ranks(pool: Pool, entry: str, *args: Any) -> list[Any]:
+def _on_ranks(pool: Pool, task: wire.Task) -> list[Any]:
     assert pool.view is not None
-    return pool.view.apply_async(wire.call, entry, *args).get(timeout=120)
+    return pool.view.apply_async(wire.perform, task).get(timeout=120)
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
@@ -61,7 +61,7 @@ def record(pool: Pool, requested: str, run: Callable[[], Any]) -> Any:
     where = folder(requested)
     engines = pool.engine_ids()
     try:
-        _on_ranks(pool, "diagnose.profile.start")
+        _on_ranks(pool, wire.ProfileStart())
     except Exception as exc:
         raise UsageError(f"Could not start torch.profiler on the ranks ({type(exc).__name__}: {exc}).") from None
     try:
@@ -71,6 +71,6 @@ def record(pool: Pool, requested: str, run: Callable[[], Any]) -> Any:
             print("The pool was restarted during the cell, so its profile was lost.")
         else:
             try:
-                print(summary(_on_ranks(pool, "diagnose.profile.stop", where)), flush=True)
+                print(summary(_on_ranks(pool, wire.ProfileStop(where))), flush=True)
             except Exception as exc:
                 print(f"Could not stop torch.profiler on the ranks ({type(exc).__name__}: {exc}).")

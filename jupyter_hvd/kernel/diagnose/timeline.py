@@ -152,9 +152,9 @@ def trace_path(requested: str) -> str:
     return os.path.abspath(os.path.join(requested or TIMELINE_DIR, name))
 
 
-def _on_ranks(pool: Pool, entry: str, *args: Any) -> list[Any]:
+def _on_ranks(pool: Pool, task: wire.Task) -> list[Any]:
     assert pool.view is not None
-    return pool.view.apply_async(wire.call, entry, *args).get(timeout=60)
+    return pool.view.apply_async(wire.perform, task).get(timeout=60)
 
 
 # What keeps a pool from starting Horovod again (engine/horovod/rest.py), in the words of %hvd_start.
@@ -181,7 +181,7 @@ def refusal(pool: Pool) -> str | None:
 
 def _start(pool: Pool, path: str) -> None:
     try:
-        _on_ranks(pool, "diagnose.timeline.start", path)
+        _on_ranks(pool, wire.TimelineStart(path))
     except ipp.error.CompositeError as exc:
         ename, evalue = exc.elist[0][0], exc.elist[0][1]
         raise UsageError(f"Could not start Horovod's timeline on the ranks: {ename}: {evalue}") from None
@@ -194,7 +194,7 @@ def _read(pool: Pool, where: dict[str, Any]) -> str:
             return f.read(READ_MAX_BYTES + 1)  # the file may have grown since its size was checked
     # Rank 0 runs on another host: fetch its file and keep a copy at the same path here.
     assert pool.client is not None
-    text = pool.client[pool.ranks[0].engine_id].apply_async(wire.call, "diagnose.timeline.read", path).get(timeout=60)
+    text = pool.client[pool.ranks[0].engine_id].apply_async(wire.perform, wire.TimelineRead(path)).get(timeout=60)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
@@ -206,7 +206,7 @@ def _stop_and_show(pool: Pool, path: str, engines: list[int]) -> None:
         print(f"The pool was restarted during the cell, so its timeline was lost (partial trace: {path}).")
         return
     try:
-        rows = _on_ranks(pool, "diagnose.timeline.stop", path)
+        rows = _on_ranks(pool, wire.TimelineStop(path))
     except Exception as exc:
         print(f"Could not stop Horovod's timeline ({type(exc).__name__}: {exc}); partial trace: {path}")
         return

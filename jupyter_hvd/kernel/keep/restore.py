@@ -1,9 +1,10 @@
 """A snapshot loaded into the pool's engines, whole or not at all: after a restart, and for %hvd_rewind.
 
-Two steps, each a cell the user does not see (engine/keep/restore.py): every rank prepares its part of the
-generation without touching its namespace, and says which names it could bring back; then every rank applies the
-names that every rank could. The stop button during the first step leaves every rank as it was; the second cannot be
-stopped half way (it only copies into memory), so ranks never end up some at the snapshot and some not.
+Two steps, each a task run as a cell the user does not see (wire.RestorePrepare, wire.RestoreApply; the ranks' side
+is engine/keep/restore.py): every rank prepares its part of the generation without touching its namespace, and says
+which names it could bring back; then every rank applies the names that every rank could. The stop button during the
+first step leaves every rank as it was; the second cannot be stopped half way (it only copies into memory), so ranks
+never end up some at the snapshot and some not.
 
 Runs in the user's kernel.
 """
@@ -17,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from ... import wire
 from ...widgets import QuietView
 from ..cell.run import CellOptions, CellRun
 from ..errors import CellFailed
@@ -25,13 +27,14 @@ from ..launch.pool import Pool
 from ..ranks import format_ranks
 from .snapshots import Generation, describe
 
-ENGINE = "__import__('jupyter_hvd.engine.keep.restore', fromlist=['prepare'])"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def run_quietly(pool: Pool, source: str, count: int | None = None, every_value: bool = False) -> tuple[Any, str]:
-    """Run `source` on every rank without showing it; (rank 0's last value, or every rank's with `every_value`;
-    '' or why it failed, in one line). PoolLost: the pool was lost with it."""
+def run_quietly(
+    pool: Pool, source: str, count: int | None = None, every_value: bool = False, task: wire.CellTask | None = None
+) -> tuple[Any, str]:
+    """Run `source` (or `task`) on every rank without showing it; (rank 0's last value, or every rank's with
+    `every_value`; '' or why it failed, in one line). PoolLost: the pool was lost with it."""
     options = CellOptions(
         view=QuietView(),
         count=count,
@@ -40,6 +43,7 @@ def run_quietly(pool: Pool, source: str, count: int | None = None, every_value: 
         every_value=every_value,
         time_limit=pool.options.timeout,  # a replay or a restore nobody watches must end by itself too
         interactive=False,
+        task=task,
     )
     try:
         return CellRun(pool, source, options).run(), ""
@@ -73,7 +77,7 @@ def load(pool: Pool, generation: Generation, directory: str, kept: list[str]) ->
         if name not in generation.names()
     }
     plan = dict(generation.parts)
-    answers, failed = run_quietly(pool, f"{ENGINE}.prepare({plan!r}, {directory!r})", every_value=True)
+    answers, failed = run_quietly(pool, "", every_value=True, task=wire.RestorePrepare(plan, directory))
     if failed or not isinstance(answers, dict):
         result["error"] = f"the snapshot could not be read: {failed or 'the ranks said nothing'}"
         return result
@@ -87,7 +91,7 @@ def load(pool: Pool, generation: Generation, directory: str, kept: list[str]) ->
     if not ready:
         return result
     with _interrupts_wait() as caught:
-        applied, failed = run_quietly(pool, f"{ENGINE}.apply({ready!r})", every_value=True)
+        applied, failed = run_quietly(pool, "", every_value=True, task=wire.RestoreApply(ready))
     result["interrupted"] = bool(caught)
     if failed or not isinstance(applied, dict):
         result["error"] = f"the snapshot could not be put in place: {failed or 'the ranks said nothing'}"

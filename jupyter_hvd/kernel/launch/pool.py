@@ -75,6 +75,7 @@ class Pool:
         self.launcher = Launcher(self.id, options, self.file.path, self._record_processes)
         self.state = "starting"  # idle | running | restarting | stopping (state.PoolRecord.state)
         self.busy_cell: str | None = None
+        self.busy_own = False  # the running cell is jupyter-hvd's own work (a restore): busy_cell says it in words
         self.cells_run = 0
         self.lock = threading.RLock()  # held while a cell runs or the pool restarts/stops
         self._idle_since = time.monotonic()
@@ -197,7 +198,7 @@ class Pool:
         self.channel.new_generation(len(ids))
         store = self._store()
         ar = view.apply_async(
-            wire.call, "bootstrap.start", env, device, self.channel.info(), self.options.torch_distributed, store
+            wire.start, wire.Start(env, device, self.channel.info(), self.options.torch_distributed, store)
         )
         try:
             rows = ar.get(timeout=self.options.timeout)
@@ -438,12 +439,14 @@ class Pool:
         if publish and self.client is not None:
             self.publish()
 
-    def set_state(self, pool_state: str, cell: str | None = None, publish: bool = True) -> None:
-        """Record what the pool is doing (idle, running a cell, ...) for the sidebar.
+    def set_state(self, pool_state: str, cell: str | None = None, publish: bool = True, own: bool = False) -> None:
+        """Record what the pool is doing (idle, running a cell, ...) for the sidebar; `own`: the cell is jupyter-hvd's
+        own work (a restore), and `cell` says it in words.
 
         publish=False leaves the pool file to the watcher's next round (within a second).
         """
         self.busy_cell = cell
+        self.busy_own = own
         self.state = pool_state
         self._idle_since = time.monotonic()
         if pool_state == "running":

@@ -31,6 +31,7 @@ class PoolView(Protocol):
     started_at: float
     state: str
     busy_cell: str | None
+    busy_own: bool
     ranks: list[Rank]
     keeper: Keeper  # its setup journal: how many entries a restart replays
 
@@ -124,6 +125,7 @@ class PoolFile:
                 processes=[state.ProcessEntry(**p) for p in self.processes],
                 slurm_job=self.slurm_job,
                 cell=pool.busy_cell,
+                cell_own=pool.busy_own,
                 problems=self.problems(pool),
                 nonfinite=self.nonfinite,
                 straggler=self.straggler,
