@@ -158,12 +158,25 @@ class Start:
 
 
 @dataclass(frozen=True)
+class Resize:
+    """A snapshot taken on `old` ranks restored on `new` ones: every rank reads rank `source`'s part (data-parallel
+    training keeps modules and optimizers alike on every rank), DTensor shards are laid out anew from every old
+    rank's, a learning rate the setup scales by the size is scaled with it, and the random generators stay as the
+    setup cells left them (they were per rank)."""
+
+    old: int
+    new: int
+    source: int = 0
+
+
+@dataclass(frozen=True)
 class RestorePrepare:
     """Read this rank's part of a snapshot (`plan`: rank -> generation) without touching the namespace; the result
     says which names it could bring back (engine/keep/restore.py)."""
 
     plan: dict[int, GenId]
     directory: str
+    resize: Resize | None = None
 
     def words(self) -> str:
         return "reading the snapshot of the kept names"

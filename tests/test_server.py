@@ -146,7 +146,7 @@ async def test_actions_reach_the_pools_kernel(jp_fetch, state_dir, kernel_id):
         resp = await jp_fetch("jupyter-hvd", "pools", "hvd-1-1", action, method="POST", body="")
         assert resp.code == 202
         # The kernel's watcher takes this file within a second and carries the action out.
-        assert state.take_action("hvd-1-1") == state.Ask(action)
+        assert state.take_action("hvd-1-1") == state.Action(state.Ask(action))
     with pytest.raises(tornado.httpclient.HTTPClientError) as e:
         await jp_fetch("jupyter-hvd", "pools", "hvd-1-1", "execute", method="POST", body="")
     assert e.value.code == 400
@@ -154,6 +154,23 @@ async def test_actions_reach_the_pools_kernel(jp_fetch, state_dir, kernel_id):
         await jp_fetch("jupyter-hvd", "pools", "hvd-7-7", "stop", method="POST", body="")
     assert e.value.code == 404
     assert state.take_action("hvd-1-1") is None
+
+
+async def test_a_restart_at_another_size_reaches_the_kernel_and_bad_sizes_are_refused(jp_fetch, state_dir, kernel_id):
+    write_pool("hvd-1-1", psutil.Process(), kernel_id=kernel_id)
+    resp = await jp_fetch("jupyter-hvd", "pools", "hvd-1-1", "restart", method="POST", body='{"np": 3}')
+    assert resp.code == 202
+    assert state.take_action("hvd-1-1") == state.Action(state.Ask.RESTART, 3)
+    for action, body in (
+        ("restart", '{"np": 0}'),
+        ("restart", '{"np": "3"}'),
+        ("restart", "3,"),
+        ("stop", '{"np": 3}'),
+    ):
+        with pytest.raises(tornado.httpclient.HTTPClientError) as e:
+            await jp_fetch("jupyter-hvd", "pools", "hvd-1-1", action, method="POST", body=body)
+        assert e.value.code == 400, (action, body)
+    assert state.take_action("hvd-1-1") is None  # nothing was asked of the kernel
 
 
 async def test_refused_without_the_servers_token(jp_fetch, jp_http_port, jp_base_url, state_dir, kernel_id):
@@ -251,7 +268,7 @@ async def test_browser_session_needs_the_xsrf_token(
         url, method="POST", body="", headers={"Cookie": cookie, "X-XSRFToken": xsrf}, raise_error=False
     )
     assert accepted.code == 202
-    assert state.take_action("hvd-6-6") is state.Ask.INTERRUPT
+    assert state.take_action("hvd-6-6") == state.Action(state.Ask.INTERRUPT)
 
 
 async def test_pool_of_a_killed_kernel_is_stale_then_cleaned_up(jp_fetch, jp_serverapp, state_dir, registry):

@@ -17,7 +17,7 @@ def perform(task: wire.Task, *buffers: Any) -> Any:
     if isinstance(task, wire.RestorePrepare):
         from .keep import restore
 
-        return restore.prepare(task.plan, task.directory)
+        return restore.prepare(task.plan, task.directory, task.resize)
     if isinstance(task, wire.RestoreApply):
         from .keep import restore
 

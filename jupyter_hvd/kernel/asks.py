@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import threading
 
-from ..state import Ask
+from ..state import Action, Ask
 
-__all__ = ["Ask", "Asks"]
+__all__ = ["Action", "Ask", "Asks"]
 
 
 class Asks:
@@ -20,29 +20,29 @@ class Asks:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ending: Ask | None = None
+        self._ending: Action | None = None
         self._where: bool | None = None  # True: with library frames
 
-    def put(self, ask: Ask) -> None:
+    def put(self, action: Action) -> None:
         with self._lock:
-            if ask in (Ask.WHERE, Ask.WHERE_FULL):
-                self._where = ask is Ask.WHERE_FULL
+            if action.ask in (Ask.WHERE, Ask.WHERE_FULL):
+                self._where = action.ask is Ask.WHERE_FULL
             else:
-                self._ending = ask
+                self._ending = action
 
-    def ending(self) -> Ask | None:
+    def ending(self) -> Action | None:
         """The Interrupt, Restart or Stop that waits, if any (left in place)."""
         return self._ending
 
-    def take_ending(self) -> Ask | None:
+    def take_ending(self) -> Action | None:
         with self._lock:
-            ask, self._ending = self._ending, None
-            return ask
+            action, self._ending = self._ending, None
+            return action
 
     def take_interrupt(self) -> bool:
         """Take a waiting Interrupt (a Restart or Stop stays, for after the cell); whether there was one."""
         with self._lock:
-            if self._ending is Ask.INTERRUPT:
+            if self._ending is not None and self._ending.ask is Ask.INTERRUPT:
                 self._ending = None
                 return True
             return False

@@ -126,7 +126,7 @@ class HvdMagics(Magics):
         if args is None:
             return None
         existing = owner.pool
-        if existing is not None:
+        if existing is not None and not existing.stopped:
             raise UsageError(
                 f"A pool of {existing.options.np} ranks is already running. "
                 "Use %hvd_restart to restart it, or %hvd_stop and then %hvd_start."
@@ -145,8 +145,14 @@ class HvdMagics(Magics):
             print("--timeline is not needed: %%hvd --timeline works on this pool as it is (ignored).", flush=True)
         t0 = time.monotonic()
         print(f"Starting {options.np} ranks under mpiexec...", flush=True)
-        pool = owner.start(options)
-        print(f"Pool ready in {time.monotonic() - t0:.1f} s: {options.np} ranks, {pool.initialised()}.")
+        if existing is not None:  # stopped by a failed restart: its setup journal and snapshots come back
+            pool, came_back = owner.restart(existing, options=options)
+            print(
+                f"Pool ready in {time.monotonic() - t0:.1f} s: {options.np} ranks, {pool.initialised()}; {came_back}."
+            )
+        else:
+            pool = owner.start(options)
+            print(f"Pool ready in {time.monotonic() - t0:.1f} s: {options.np} ranks, {pool.initialised()}.")
         print(pool.table())
 
     @cell_magic
@@ -334,22 +340,43 @@ class HvdMagics(Magics):
     @line_magic
     @magic_arguments()
     @argument("--fresh", action="store_true", help="start empty: forget the setup journal and the kept names")
+    @argument("-np", type=int, default=None, help="another number of ranks: the pool is resized, the work kept")
+    @argument("-H", "--hosts", default=None, metavar="HOST:SLOTS,...", help="other hosts for the ranks")
+    @argument("--hostfile", default=None, metavar="FILE", help="another Open MPI hostfile")
+    @argument("-N", "--nodes", type=int, default=None, help="another number of nodes of the --slurm job")
+    @argument("--gpus-per-node", type=int, default=None, help="other GPUs per node of the --slurm job")
     def hvd_restart(self, line: str = "") -> None:
-        """Restart every engine with the same options: Horovod is initialised again, the setup cells are replayed and
-        the kept names restored (with --fresh, nothing comes back)."""
+        """Restart every engine: Horovod is initialised again, the setup cells are replayed and the kept names
+        restored (with --fresh, nothing comes back). With -np (or other hosts) the pool comes back at that size:
+        the setup cells run at the new size, and the kept state is laid out for the new ranks."""
         args = _parse(self.hvd_restart, line)
         if args is None:
             return
         pool = owner.pool
         if pool is None:
             raise UsageError("No jupyter-hvd pool is running. Start one first: %hvd_start -np 2")
+        options = None
+        placement = {
+            "np": args.np,
+            "hosts": args.hosts,
+            "hostfile": args.hostfile,
+            "nodes": args.nodes,
+            "gpus_per_node": args.gpus_per_node,
+        }
+        if any(v is not None for v in placement.values()):
+            try:
+                options = pool.options.placed(**placement)
+            except (ValueError, TraitError) as exc:
+                raise UsageError(f"{exc} The pool runs on as it was.") from None
         t0 = time.monotonic()
+        was = len(pool.ranks) or pool.np
         try:
-            pool, came_back = owner.restart(pool, fresh=args.fresh)
+            pool, came_back = owner.restart(pool, fresh=args.fresh, options=options)
         except KeyboardInterrupt:
             now = owner.pool
             raise PoolError(now.interrupted_restart() if now is not None else "The restart was interrupted.") from None
-        print(f"Pool restarted in {time.monotonic() - t0:.1f} s: {came_back}.")
+        size = f" on {pool.np} ranks (it had {was})" if pool.np != was else ""
+        print(f"Pool restarted{size} in {time.monotonic() - t0:.1f} s: {came_back}.")
         print(pool.table())
 
     @line_magic

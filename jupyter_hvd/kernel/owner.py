@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .asks import Ask, Asks
+from .asks import Action, Ask, Asks
 from .cell.run import CellOptions, CellRun
-from .errors import CellFailed
+from .errors import CellFailed, PoolError
 from .keep.journal import Keeper
 from .keep.service import Keep
 from .launch.options import HvdPool
@@ -63,7 +63,7 @@ class Owner:
         """A new pool with `options`: its engines started and Horovod initialised, its watcher running; the kernel's
         pool from now on. `keeper`: what a stopped pool kept, to keep on the new one."""
         pool = Pool.start(options, keeper or Keeper())
-        pool.watcher = PoolWatcher(pool, self.asks, act=lambda ask: self.act(pool, ask))
+        pool.watcher = PoolWatcher(pool, self.asks, act=lambda action: self.act(pool, action))
         pool.file.poke = pool.watcher.poke
         self.asks.clear()
         self.pool = pool
@@ -89,25 +89,45 @@ class Owner:
 
     # ---- restart ---------------------------------------------------------------------------------------------
 
-    def restart(self, pool: Pool, planned: bool = True, fresh: bool = False) -> tuple[Pool, str]:
-        """Fresh engines with the same options, the setup journal replayed and the kept names restored; with `fresh`
-        nothing comes back (the journal and the kept names are forgotten). A stopped pool (a failed restart) is started
-        anew. Returns the running pool and what came back, in words. PoolError: the restart failed (the pool is
-        stopped); KeyboardInterrupt: the user stopped it (Pool.interrupted_restart says where)."""
+    def restart(
+        self, pool: Pool, planned: bool = True, fresh: bool = False, options: HvdPool | None = None
+    ) -> tuple[Pool, str]:
+        """Fresh engines, the setup journal replayed and the kept names restored; with `fresh` nothing comes back (the
+        journal and the kept names are forgotten). `options`: another placement (a resize: another -np, other hosts),
+        checked before anything stops; else the same options. A stopped pool (a failed restart) is started anew.
+        Returns the running pool and what came back, in words. PoolError: the restart failed (the pool is stopped,
+        its snapshots kept); KeyboardInterrupt: the user stopped it (Pool.interrupted_restart says where)."""
+        resize = options is not None and options.placement() != pool.options.placement()
+        if resize:
+            assert options is not None
+            Pool.check(options)  # a size the host cannot run is refused while the pool still runs
         if fresh:
             pool.keeper.clear()
             shutil.rmtree(pool.kept_dir, ignore_errors=True)
             shutil.rmtree(pool.pushed_dir, ignore_errors=True)
-        if pool.stopped:
-            pool = self._revive(pool)
+        if resize or pool.stopped:
+            if not pool.stopped:
+                if planned and pool.channel is not None and pool.ranks and not pool.dead_ranks():
+                    pool.channel.settle(len(pool.ranks), timeout=30.0)  # snapshots being written are not lost
+                pool.end(keep_directory=True)
+            pool = self._revive(pool, options)
         else:
             pool.replace_engines(planned)
         with pool.lock:
             return pool, Keep(pool).bring_back()
 
-    def _revive(self, old: Pool) -> Pool:
-        """Start a stopped pool again with its options; what it kept comes back on the new one."""
-        pool = self.start(old.options, old.keeper)
+    def _revive(self, old: Pool, options: HvdPool | None = None) -> Pool:
+        """Start a stopped pool again, with its options or `options`; what it kept comes back on the new one (at
+        another size, kernel/keep/restore.py lays it out for the new ranks)."""
+        try:
+            pool = self.start(options or old.options, old.keeper)
+        except PoolError as exc:
+            size = f" with -np {options.np}" if options is not None else ""
+            raise PoolError(
+                f"The restart{size} failed: {exc.message} The pool is stopped; its setup journal and snapshots are "
+                "kept.",
+                f"{exc.hint}\n%hvd_restart starts it again (add -np N for another size).".strip(),
+            ) from None
         for old_dir, new_dir in ((old.kept_dir, pool.kept_dir), (old.pushed_dir, pool.pushed_dir)):
             if old_dir.is_dir():
                 _move(old_dir, new_dir)
@@ -120,7 +140,8 @@ class Owner:
         # The whole story is told once, under the cell when the restart is done; here only what is happening.
         headline = re.split(r"[:.(]\s", what, maxsplit=1)[0][:120]
         print(f"jupyter-hvd: {headline}: restarting the pool with the same options...", file=sys.stderr, flush=True)
-        if self.asks.ending() is Ask.RESTART:
+        waiting = self.asks.ending()
+        if waiting is not None and waiting.ask is Ask.RESTART and waiting.np in (None, pool.np):
             self.asks.take_ending()  # this is that restart
         t0 = time.monotonic()
         what = f"{what[0].upper()}{what[1:]}"
@@ -157,45 +178,44 @@ class Owner:
 
     def _after_cell(self, pool: Pool) -> str:
         """A Restart or Stop from the sidebar that waited for the running cell (or restart); what was done, in words."""
-        ask = self.asks.take_ending()
-        if ask is Ask.RESTART and not pool.stopped:
-            t0 = time.monotonic()
-            try:
-                _, came_back = self.restart(pool)
-            except KeyboardInterrupt:
-                return pool.interrupted_restart()
-            return f"the pool was restarted from the sidebar in {time.monotonic() - t0:.1f} s: {came_back}."
-        if ask is Ask.STOP:
+        action = self.asks.take_ending()
+        if action is not None and action.ask is Ask.RESTART and not pool.stopped:
+            return self._restart_from_sidebar(pool, action, "")
+        if action is not None and action.ask is Ask.STOP:
             self.stop(pool, "the pool was stopped from the sidebar")
             return "the pool was stopped from the sidebar; start a new one with %hvd_start -np N."
         return ""
 
-    def act(self, pool: Pool, ask: Ask) -> None:
+    def act(self, pool: Pool, action: Action) -> None:
         """The sidebar's Restart or Stop between cells (on the kernel's main loop): said under the next cell."""
         if self.pool is not pool:
             return  # for a pool that ended meanwhile
         if pool.busy_cell is not None:  # a cell started in between: it stops, then carries the ask out
-            self.asks.put(ask)
+            self.asks.put(action)
             return
         at = time.strftime("%H:%M:%S")
-        if ask is Ask.RESTART:
-            t0 = time.monotonic()
-            try:
-                _, came_back = self.restart(pool)
-                self.notices.add(
-                    f"the pool was restarted from the sidebar at {at}, in {time.monotonic() - t0:.1f} s: {came_back}."
-                )
-            except KeyboardInterrupt:  # the stop button, pressed while it ran between cells
-                self.notices.add(f"the restart from the sidebar at {at} was interrupted. {pool.interrupted_restart()}")
-            except Exception as exc:  # on the main loop nobody would see it: log it, keep it for %hvd_status
-                log.exception("jupyter-hvd: the restart asked for from the sidebar failed")
-                pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")
-                self.notices.add(f"the restart from the sidebar at {at} failed: {exc}")
-            said = self._after_cell(pool)  # a Stop pressed while that restart ran
+        if action.ask is Ask.RESTART:
+            self.notices.add(self._restart_from_sidebar(pool, action, f" at {at}"))
+            said = self._after_cell(self.pool or pool)  # a Stop pressed while that restart ran
             if said:
                 self.notices.add(said)
-        elif ask is Ask.STOP:
+        elif action.ask is Ask.STOP:
             self.stop(pool, f"the pool was stopped from the sidebar at {at}")
+
+    def _restart_from_sidebar(self, pool: Pool, action: Action, at: str) -> str:
+        """The sidebar's Restart (at its size field's number of ranks, where given); what happened, in words."""
+        t0, was = time.monotonic(), pool.np
+        try:
+            options = pool.options.placed(np=action.np) if action.np not in (None, pool.np) else None
+            pool, came_back = self.restart(pool, options=options)
+        except KeyboardInterrupt:  # the stop button, pressed while it ran
+            return f"the restart from the sidebar{at} was interrupted. {pool.interrupted_restart()}"
+        except Exception as exc:  # on the main loop nobody would see it: log it, keep it for %hvd_status
+            log.exception("jupyter-hvd: the restart asked for from the sidebar failed")
+            pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")
+            return f"the restart from the sidebar{at} failed: {exc}"
+        size = f" on {pool.np} ranks (it had {was})" if pool.np != was else ""
+        return f"the pool was restarted from the sidebar{at}{size}, in {time.monotonic() - t0:.1f} s: {came_back}."
 
 
 def _move(old: Path, new: Path) -> None:

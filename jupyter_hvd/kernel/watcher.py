@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import psutil
 
 from .. import state
-from .asks import Ask, Asks
+from .asks import Action, Ask, Asks
 from .diagnose import where
 
 log = logging.getLogger("jupyter_hvd")
@@ -84,7 +84,7 @@ class PoolWatcher(threading.Thread):
     """Samples rank stats and takes the sidebar's asks for one pool, until `stop()`: into `asks` where the running cell
     takes them; `act` carries out a Restart or Stop between cells (kernel/owner.py), on the kernel's main loop."""
 
-    def __init__(self, pool: Watched, asks: Asks, act: Callable[[Ask], None]) -> None:
+    def __init__(self, pool: Watched, asks: Asks, act: Callable[[Action], None]) -> None:
         super().__init__(name=f"jupyter-hvd watcher {pool.id}", daemon=True)
         self.pool = pool
         self.asks = asks
@@ -136,9 +136,9 @@ class PoolWatcher(threading.Thread):
         """One round: take a pending action and sample the ranks (once a second), write the state file."""
         if time.monotonic() - self._last_sample >= PERIOD_S:
             self._last_sample = time.monotonic()
-            ask = state.take_action(self.pool.id)
-            if ask is not None:
-                self.carry_out(ask)
+            action = state.take_action(self.pool.id)
+            if action is not None:
+                self.carry_out(action)
                 if self._stopped.is_set():
                     return
             self.pool.update_rank_stats(self.sample(), publish=False)
@@ -147,21 +147,22 @@ class PoolWatcher(threading.Thread):
             self.pool.rest_if_idle()
         self.pool.write_file()
 
-    def carry_out(self, ask: Ask) -> None:
+    def carry_out(self, action: Action) -> None:
+        ask = action.ask
         if ask in (Ask.WHERE, Ask.WHERE_FULL):
-            self.asks.put(ask)
+            self.asks.put(action)
             self.answer_where()
             return
         if ask is Ask.INTERRUPT or self.pool.busy_cell is not None:
             # A running cell takes it on the main thread within a tick, and ends through its own wind-down;
             # restart/stop then run after it. An interrupt with no cell running has nothing to stop.
             if ask is not Ask.INTERRUPT or self.pool.busy_cell is not None:
-                self.asks.put(ask)
+                self.asks.put(action)
             return
         if self._main_loop is not None and not self._main_loop.is_closed():
-            self._main_loop.call_soon_threadsafe(self._act, ask)
+            self._main_loop.call_soon_threadsafe(self._act, action)
         else:
-            self._act(ask)
+            self._act(action)
 
     def answer_where(self) -> None:
         """The sidebar's Where, between cells (a running cell answers it itself, under the cell)."""

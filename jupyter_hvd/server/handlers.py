@@ -5,7 +5,8 @@ GET  /jupyter-hvd/pools                  every pool of this server: {"pools": [.
 GET  /jupyter-hvd/pools/<id>             one pool (404 if unknown)
 POST /jupyter-hvd/pools/<id>/<action>    interrupt | restart | stop | where | where-full (202; 404 unknown pool;
                                          400 bad action). where: the kernel puts where every rank is into the
-                                         pool's `where` (where-full: with library frames) and under a running cell
+                                         pool's `where` (where-full: with library frames) and under a running cell;
+                                         restart with the body {"np": N}: at N ranks (a resize)
 """
 
 from __future__ import annotations
@@ -69,14 +70,28 @@ class PoolActionHandler(_PoolHandler):
     @tornado.web.authenticated
     @authorized
     async def post(self, pool_id: str, action: str) -> None:
+        np = self._np()
         try:
-            done = await asyncio.to_thread(self.registry.act, pool_id, action, self.kernel_ids())
+            done = await asyncio.to_thread(self.registry.act, pool_id, action, self.kernel_ids(), np)
         except UnknownPool:
             raise tornado.web.HTTPError(404, f"no jupyter-hvd pool {pool_id}") from None
         except ValueError as exc:
             raise tornado.web.HTTPError(400, str(exc)) from None
         self.set_status(202 if done == "requested" else 200)
         self.finish(json.dumps({"id": pool_id, "action": action, "result": done}))
+
+    def _np(self) -> int | None:
+        """The Restart dialog's number of ranks, from the JSON body {"np": N}; None for an empty body."""
+        body = self.request.body.strip()
+        if not body:
+            return None
+        try:
+            np = json.loads(body).get("np")
+        except (ValueError, AttributeError):
+            raise tornado.web.HTTPError(400, 'the body must be JSON: {"np": N}') from None
+        if np is not None and (not isinstance(np, int) or isinstance(np, bool)):
+            raise tornado.web.HTTPError(400, f"np must be a whole number of ranks (got {np!r})")
+        return np
 
 
 def setup_handlers(web_app: Any, registry: PoolRegistry) -> None:

@@ -68,9 +68,9 @@ class PoolRegistry:
                 return p
         raise UnknownPool(pool_id)
 
-    def act(self, pool_id: str, action: str, kernel_ids: Iterable[str]) -> str:
-        """Ask the pool's kernel to interrupt, restart or stop it, or to say where its ranks are (state.ACTIONS); a
-        stale pool can only be stopped (cleaned up).
+    def act(self, pool_id: str, action: str, kernel_ids: Iterable[str], np: int | None = None) -> str:
+        """Ask the pool's kernel to interrupt, restart (at `np` ranks, where given) or stop it, or to say where its
+        ranks are (state.ACTIONS); a stale pool can only be stopped (cleaned up).
 
         Returns what was done: "requested" (the kernel will carry it out within about a second) or "cleaned".
         Raises UnknownPool, or ValueError for an unknown action or one a stale pool cannot take.
@@ -83,7 +83,7 @@ class PoolRegistry:
                 raise ValueError(f"pool {pool_id}'s kernel has died: it can only be stopped (cleaned up)")
             self._reap(pool_id, data)
             return "cleaned"
-        state.request_action(pool_id, action)
+        state.request_action(pool_id, action, np)
         return "requested"
 
     def clean_up(self, kernel_ids: Iterable[str]) -> list[str]:

@@ -17,7 +17,7 @@ modules.
 
 from __future__ import annotations
 
-from .actions import ACTIONS, Ask, action_file, request_action, take_action
+from .actions import ACTIONS, Action, Ask, action_file, request_action, take_action
 from .pool_files import list_pools, write_pool
 from .private import (
     LEGACY_DIR_ENV,
@@ -66,6 +66,7 @@ __all__ = [
     "POOL_ID",
     "SLURM_JOB",
     "VERSION",
+    "Action",
     "Ask",
     "Nonfinite",
     "PoolRecord",

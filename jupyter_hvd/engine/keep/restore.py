@@ -22,27 +22,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...wire import GenId
+from ...wire import GenId, Resize
 from .. import outbox
 from . import encoding, files, shards, snapshot
 
 _prepared: dict[str, Any] | None = None  # what `prepare` rebuilt, until `apply` (or the next prepare)
 
 
-def prepare(plan: dict[int, GenId], directory: str) -> dict[str, Any]:
-    """Rebuild this rank's part of the generation `plan` names for it; which names could come back, which could not
-    and why. Never raises."""
+def prepare(plan: dict[int, GenId], directory: str, resize: Resize | None = None) -> dict[str, Any]:
+    """Rebuild this rank's part of the generation `plan` names for it (with `resize`, rank `resize.source`'s part,
+    laid out for this pool's size); which names could come back, which could not and why. Never raises."""
     global _prepared
     from IPython import get_ipython
 
     _prepared = None
-    rank = outbox.rank()
+    rank = outbox.rank() if resize is None else resize.source
     where = Path(directory)
     gen = tuple(plan[rank])
     try:
         manifest = files.read_manifest(where, rank, gen)  # type: ignore[arg-type]
     except Exception as exc:
-        return {"ok": [], "failed": {"*": f"this rank's snapshot could not be read ({_first_words(exc)})"}}
+        whose = "this rank's" if resize is None else f"rank {rank}'s"
+        return {"ok": [], "failed": {"*": f"{whose} snapshot could not be read ({_first_words(exc)})"}}
+    # Every old rank's shards of a name, for laying them out anew on this pool's ranks.
+    old_parts = {r: tuple(g) for r, g in plan.items()} if resize is not None else {}
+    rescaled: dict[str, str] = {}
+    sharded: list[str] = []
     ns = get_ipython().user_ns
     entries = manifest["entries"]
     device = ns.get("device")
@@ -60,8 +65,15 @@ def prepare(plan: dict[int, GenId], directory: str) -> dict[str, Any]:
                     f"builds the {entry['cls']} with %%hvd --setup"
                 )
             state = _decode(where, rank, gen, entry, device, lambda n: _live(ns, n))  # type: ignore[arg-type]
-            state = _resharded(obj, state, files.shards_dir(where, rank, gen, name))  # type: ignore[arg-type]
+            folders = [files.shards_dir(where, r, g, name) for r, g in sorted(old_parts.items())]  # type: ignore[arg-type]
+            if list(_shards(state)):
+                sharded.append(name)
+            state = _resharded(obj, state, files.shards_dir(where, rank, gen, name), folders)  # type: ignore[arg-type]
             _check(obj, state)
+            if resize is not None:
+                said = _scale_learning_rate(obj, state, resize)
+                if said:
+                    rescaled[name] = said
             loaded[name] = state
         except Exception as exc:
             failed[name] = _first_words(exc)
@@ -82,11 +94,13 @@ def prepare(plan: dict[int, GenId], directory: str) -> dict[str, Any]:
             loaded[name] = _decode(where, rank, gen, values[name], device, resolve)  # type: ignore[arg-type]
         except Exception as exc:
             failed[name] = _first_words(exc)
-    _prepared = {"gen": gen, "manifest": manifest, "loaded": loaded, "order": order}
+    _prepared = {"gen": gen if resize is None else None, "manifest": manifest, "loaded": loaded, "order": order}
     meta = manifest["meta"]
     return {
         "ok": sorted(loaded),
         "failed": failed,
+        "rescaled": rescaled,
+        "sharded": sharded,
         "count": meta.get("count"),
         "at": meta.get("at"),
         "mid_cell": bool(meta.get("mid_cell")),
@@ -126,7 +140,8 @@ def apply(names: list[str]) -> dict[str, Any]:
                 continue
             ns[name] = loaded[name]
             applied.append(name)
-        snapshot.set_random_state(prepared["manifest"]["random"])
+        if prepared["gen"] is not None:  # another rank's part (a resize) leaves the setup's random generators
+            snapshot.set_random_state(prepared["manifest"]["random"])
         snapshot.restored(prepared["gen"], {n: entries[n] for n in applied}, applied)
     return {"applied": applied, "failed": failed}
 
@@ -188,10 +203,11 @@ def _in_order(values: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
     return order, []
 
 
-def _resharded(obj: Any, state: Any, folder: Path) -> Any:
+def _resharded(obj: Any, state: Any, folder: Path, old_folders: list[Path] | None = None) -> Any:
     """`state` with each kept shard loaded from `folder` into a DTensor laid out like the live object's (FSDP2): a
     module's like the same key of its state_dict, an optimizer's like the parameter each state belongs to. A shard
-    whose place differs raises, naming it."""
+    whose place differs raises, naming it. With `old_folders` (every old rank's, at a resize) each live shard is read
+    from whichever old shards hold its part of the whole tensor."""
     import torch
 
     kept_shards = list(_shards(state))
@@ -206,7 +222,7 @@ def _resharded(obj: Any, state: Any, folder: Path) -> Any:
             wanted[shard.key] = (params[path[1]], f"state {path[2]!r} of parameter {path[1]}", shard.placements)
         else:
             wanted[shard.key] = (_at(live, path), ".".join(map(str, path)), shard.placements)
-    loaded = shards.load(wanted, folder)
+    loaded = shards.load_anew(wanted, old_folders) if old_folders else shards.load(wanted, folder)
     return _put(state, loaded)
 
 
@@ -282,3 +298,39 @@ def _first_words(exc: BaseException) -> str:
     if len(lines) > 1 and lines[0].endswith(":"):
         return lines[1][:300]
     return lines[0][:300] if lines else type(exc).__name__
+
+
+def _scale_learning_rate(obj: Any, state: Any, resize: Resize) -> str:
+    """Where the setup cells scale the learning rate by the pool's size (Horovod's `lr * hvd.size()`), the kept
+    optimizer or scheduler state holds the old size's rate: it is scaled by new/old too, so training goes on at the
+    rate the setup means for this size. What was scaled, in words ('' where the setup's rate does not follow the
+    size, or nothing is scaled)."""
+    import math
+
+    import torch
+
+    factor = resize.new / resize.old
+
+    def follows(live: float, kept: float) -> bool:
+        return bool(kept) and math.isclose(live, kept * factor, rel_tol=1e-6)
+
+    if isinstance(obj, torch.optim.Optimizer):
+        said = []
+        for live, kept in zip(obj.param_groups, state["param_groups"], strict=False):
+            key = "initial_lr" if "initial_lr" in live and "initial_lr" in kept else "lr"
+            if key in kept and follows(live[key], kept[key]):
+                before = kept["lr"]
+                for name in ("lr", "initial_lr"):
+                    if name in kept:
+                        kept[name] *= factor
+                said.append(f"{before:g} -> {kept['lr']:g}")
+        return f"learning rate {', '.join(said)}" if said else ""
+    if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
+        live_base, kept_base = list(getattr(obj, "base_lrs", [])), list(state.get("base_lrs") or [])
+        if live_base and len(live_base) == len(kept_base) and all(map(follows, live_base, kept_base)):
+            state["base_lrs"] = [lr * factor for lr in kept_base]
+            if state.get("_last_lr"):
+                state["_last_lr"] = [lr * factor for lr in state["_last_lr"]]
+            pairs = zip(kept_base, state["base_lrs"], strict=True)
+            return f"base learning rate {', '.join(f'{a:g} -> {b:g}' for a, b in pairs)}"
+    return ""

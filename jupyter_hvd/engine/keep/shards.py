@@ -86,6 +86,87 @@ def load(wanted: dict[str, tuple[Any, str, str]], folder: Path) -> dict[str, Any
     return out
 
 
+def load_anew(wanted: dict[str, tuple[Any, str, str]], folders: list[Path]) -> dict[str, Any]:
+    """As `load`, for a pool of another size: each live DTensor `wanted[key][0]` is filled from whichever shards of
+    the old ranks' checkpoints (`folders`, one per old rank) hold its part of the whole tensor. DCP reads across
+    layouts: its planner intersects the live chunk with the kept chunks; only the checkpoints' metadata is merged
+    here. ValueError naming the tensors whose whole shape differs."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    from torch.distributed.tensor import DTensor
+
+    reader = _merged_reader(folders)
+    kept = reader.read_metadata().state_dict_metadata
+    problems: dict[str, str] = {}
+    out: dict[str, Any] = {}
+    for key, (like, what, _placed) in wanted.items():
+        meta = kept.get(key)
+        if not isinstance(meta, TensorStorageMetadata):
+            problems[what] = "it is not in the old ranks' checkpoints"
+        elif not isinstance(like, DTensor):
+            problems[what] = "it was sharded when kept, and it is not sharded now"
+        elif tuple(meta.size) != tuple(like.shape):
+            problems[what] = f"it was {tuple(meta.size)} when kept, {tuple(like.shape)} now"
+        else:
+            local = torch.empty(like.to_local().shape, dtype=meta.properties.dtype, device=like.to_local().device)
+            out[key] = DTensor.from_local(
+                local, like.device_mesh, like.placements, shape=like.shape, stride=like.stride()
+            )
+    if problems:
+        (first, why), *others = problems.items()
+        also = f"; also {', '.join(w for w, _ in others[:3])}" + (" and more" if len(others) > 3 else "")
+        raise ValueError(f"{first}: {why}{also if others else ''}")
+    dcp.load(out, storage_reader=reader, no_dist=True)
+    return out
+
+
+def _merged_reader_class() -> Any:
+    from torch.distributed.checkpoint import FileSystemReader
+
+    class Merged(FileSystemReader):
+        """The checkpoints of several ranks read as one: their chunks and where each is stored, in one metadata."""
+
+        def __init__(self, folders: list[Path]) -> None:
+            super().__init__(folders[0])
+            self._folders = folders
+
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            import dataclasses
+
+            from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+            merged: Any = None
+            for folder in self._folders:
+                meta = FileSystemReader(folder).read_metadata()
+                up = os.path.relpath(folder, self._folders[0])
+                stored = {
+                    index: dataclasses.replace(info, relative_path=os.path.join(up, info.relative_path))
+                    for index, info in meta.storage_data.items()
+                }
+                if merged is None:
+                    merged, meta.storage_data = meta, stored
+                    continue
+                for key, kept in meta.state_dict_metadata.items():
+                    mine = merged.state_dict_metadata.get(key)
+                    if isinstance(mine, TensorStorageMetadata) and isinstance(kept, TensorStorageMetadata):
+                        have = {tuple(c.offsets) for c in mine.chunks}
+                        mine.chunks.extend(c for c in kept.chunks if tuple(c.offsets) not in have)
+                    elif mine is None:
+                        merged.state_dict_metadata[key] = kept
+                for index, info in stored.items():
+                    merged.storage_data.setdefault(index, info)
+            merged.storage_meta.load_id = self.load_id
+            return merged
+
+    return Merged
+
+
+def _merged_reader(folders: list[Path]) -> Any:
+    # The class is made at first use: torch.distributed.checkpoint is imported late on the engines.
+    return _merged_reader_class()(folders)
+
+
 def placements(shard: Any) -> str:
     """'Shard(dim=0)': how a DTensor is laid out over its mesh."""
     return ", ".join(repr(p) for p in shard.placements)

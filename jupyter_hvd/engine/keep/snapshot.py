@@ -298,9 +298,10 @@ def set_random_state(state: dict[str, Any]) -> None:
         numpy.random.set_state(state["numpy"])
 
 
-def restored(gen: GenId, entries: dict[str, dict[str, Any]], names: list[str]) -> None:
-    """After a restore of generation `gen`: what the names hold now is that snapshot, so the next cell's end writes
-    nothing new unless they change."""
+def restored(gen: GenId | None, entries: dict[str, dict[str, Any]], names: list[str]) -> None:
+    """After a restore of this rank's part of generation `gen`: what the names hold now is that snapshot, so the next
+    cell's end writes nothing new unless they change. `gen` None: what came back was another rank's part (a pool of
+    another size), so the next snapshot writes this rank's whole part."""
     global _newest, _random
     from IPython import get_ipython
 
@@ -308,6 +309,8 @@ def restored(gen: GenId, entries: dict[str, dict[str, Any]], names: list[str]) -
     links = encoding.linkable(ns)
     with _lock:
         _forget()
+        if gen is None:
+            return
         _newest = gen
         _written(gen)
     _random = random_state()

@@ -69,6 +69,9 @@ def load(pool: Pool, generation: Generation, directory: str, kept: list[str]) ->
         "count": generation.count,
         "at": generation.at,
         "mid_cell": generation.mid_cell,
+        "resized": None,  # (old, new): the snapshot was taken on another number of ranks
+        "per_rank": [],  # names kept per rank: they cannot map to another number of ranks (left as the setup made them)
+        "notes": [],  # what a restore at another size did besides (whose copy was taken, a rescaled learning rate)
     }
     skipped = generation.skipped()
     result["absent"] = {
@@ -77,7 +80,9 @@ def load(pool: Pool, generation: Generation, directory: str, kept: list[str]) ->
         if name not in generation.names()
     }
     plan = dict(generation.parts)
-    answers, failed = run_quietly(pool, "", every_value=True, task=wire.RestorePrepare(plan, directory))
+    resize = wire.Resize(len(plan), len(pool.ranks)) if len(plan) != len(pool.ranks) else None
+    task = wire.RestorePrepare(plan, directory, resize)
+    answers, failed = run_quietly(pool, "", every_value=True, task=task)
     if failed or not isinstance(answers, dict):
         result["error"] = f"the snapshot could not be read: {failed or 'the ranks said nothing'}"
         return result
@@ -88,6 +93,13 @@ def load(pool: Pool, generation: Generation, directory: str, kept: list[str]) ->
     result["failed"].update(_failures(prepared, len(pool.ranks)))
     result["unreadable"] = all("*" in a.get("failed", {}) for a in answers.values())
     ready = [n for n in names if all(n in a.get("ok", []) for a in answers.values())]
+    if resize is not None:
+        sharded = {n for a in answers.values() for n in a.get("sharded", [])}
+        ready = _resized(generation, ready, sharded, resize, result)
+        first = answers.get(0) or next(iter(answers.values()))
+        rescaled = [f"{name}'s {said}" for name, said in first.get("rescaled", {}).items() if name in ready]
+        if rescaled:
+            result["notes"].append(f"the setup scales the learning rate by the size: {', '.join(rescaled)}")
     if not ready:
         return result
     with _interrupts_wait() as caught:
@@ -99,6 +111,34 @@ def load(pool: Pool, generation: Generation, directory: str, kept: list[str]) ->
     result["failed"].update(_failures({r: a.get("failed", {}) for r, a in applied.items()}, len(pool.ranks)))
     result["restored"] = [n for n in ready if all(n in a.get("applied", []) for a in applied.values())]
     return result
+
+
+def _resized(
+    generation: Generation, ready: list[str], sharded: set[str], resize: wire.Resize, result: dict[str, Any]
+) -> list[str]:
+    """Which of the `ready` names come back on a pool of another size: what every old rank kept alike, and modules
+    and optimizers (data-parallel training keeps them alike; where their copies differed, rank 0's is taken, said);
+    sharded state laid out anew. Other values whose copies differed were per rank and cannot map to the new ranks:
+    named in `result`, not restored."""
+    back = []
+    differed = []
+    result["resized"] = (resize.old, resize.new)
+    for name in ready:
+        digests = {r.digests.get(name) for r in generation.reports.values()}
+        label = {r.kinds.get(name, "").split(":")[0] for r in generation.reports.values()}
+        if len(digests) <= 1 or name in sharded:
+            back.append(name)
+        elif label & {"module", "optimizer"}:
+            back.append(name)
+            differed.append(name)
+        else:
+            result["per_rank"].append(name)
+    if differed:
+        result["notes"].append(
+            f"the old ranks' copies of {', '.join(differed)} differed (e.g. BatchNorm statistics): rank "
+            f"{resize.source}'s was taken"
+        )
+    return back
 
 
 def _failures(by_rank: dict[int, dict[str, str]], ranks: int) -> dict[str, str]:
@@ -121,9 +161,22 @@ def words(result: dict[str, Any]) -> str:
         return result["error"]
     said = []
     if result["restored"]:
-        said.append(describe(result))
+        resized = result.get("resized")
+        whose = (
+            f", on every rank from rank 0's copy (it was taken on {resized[0]} ranks; the random generators stay as "
+            "the setup cells left them)"
+            if resized
+            else ""
+        )
+        said.append(describe(result) + whose)
+    said += result.get("notes", [])
     for name, why in {**result["failed"], **result["absent"]}.items():
         said.append(f"not restored: {name} ({why})")
+    if result.get("per_rank"):
+        said.append(
+            f"kept per rank, so not restored at another size: {', '.join(result['per_rank'])} (as the setup cells "
+            "built them for this size)"
+        )
     if result["interrupted"]:
         said.append("the stop button was pressed while the snapshot was put in place, which finished first")
     return "; ".join(said) or "nothing was kept in the snapshot"

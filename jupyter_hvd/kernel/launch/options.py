@@ -120,6 +120,25 @@ class HvdPool(Configurable):
         """Every option's value (for the pool file)."""
         return {name: getattr(self, name) for name in self.trait_names(config=True)}
 
+    def placed(self, **placement: Any) -> HvdPool:
+        """These options with another placement (np, hosts, hostfile, nodes, gpus_per_node: those given and not None),
+        for a restart at another size; everything else unchanged. ValueError where the new placement is not valid."""
+        changes = {k: v for k, v in placement.items() if v is not None}
+        if changes.keys() - {"np", "hosts", "hostfile", "nodes", "gpus_per_node"}:
+            raise ValueError(f"not a placement: {', '.join(sorted(changes))}")
+        if ("hosts" in changes or "hostfile" in changes or "nodes" in changes) and "np" not in changes:
+            changes["np"] = None  # the new hosts' slots (or nodes) decide, as at %hvd_start
+        new = HvdPool(**{**self.as_dict(), **changes})
+        new.np, new.hosts, _ = slurm.choose_ranks(
+            new.np, new.hosts, new.hostfile, new.slurm_nodes, new.gpus_per_node, env={}
+        )
+        new.validate()
+        return new
+
+    def placement(self) -> tuple[Any, ...]:
+        """What decides where the ranks run: a restart with another placement is a resize."""
+        return (self.np, self.hosts, self.hostfile, self.slurm_nodes, self.gpus_per_node)
+
     def host_list(self) -> list[Host]:
         """The hosts of -H or --hostfile; [] for a pool on this host (or a SLURM job)."""
         return hosts.pool_hosts(self.hosts, self.hostfile)

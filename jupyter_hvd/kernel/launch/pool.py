@@ -147,10 +147,10 @@ class Pool:
 
     # ---- launching and ending -------------------------------------------------------------------------------
 
-    @classmethod
-    def start(cls, options: HvdPool, keeper: Keeper) -> Pool:
-        """Start controller and engines, initialise Horovod on every engine, return the ready pool, which keeps what
-        `keeper` holds (a new pool's is empty; a stopped pool started again passes its own)."""
+    @staticmethod
+    def check(options: HvdPool) -> None:
+        """PoolError (or ValueError from the options) where a pool with `options` cannot start here: asked before
+        anything starts, or stops (a restart at another size)."""
         options.validate()
         gpus = 0 if options.cpu else visible_gpus()
         if gpus and (options.np or 0) > gpus and not options.oversubscribe and not options.multi_host():
@@ -161,6 +161,12 @@ class Pool:
             )
         if options.ops == "nccl" and not gpus:
             raise PoolError("--ops nccl needs GPUs, and this host has none.", "Use --ops mpi (or auto).")
+
+    @classmethod
+    def start(cls, options: HvdPool, keeper: Keeper) -> Pool:
+        """Start controller and engines, initialise Horovod on every engine, return the ready pool, which keeps what
+        `keeper` holds (a new pool's is empty; a stopped pool started again passes its own)."""
+        cls.check(options)
         try:
             pool = cls(options, keeper)
         except state.UnsafeStateDir as exc:
