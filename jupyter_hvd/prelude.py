@@ -88,13 +88,13 @@ def prelude(device: str = "auto", torch_distributed: bool = False, store: Any = 
                             "host": MPI.COMM_WORLD.bcast(socket.gethostname(), 0),
                             "port": MPI.COMM_WORLD.bcast(port, 0),
                         }
-                    if store.get("file"):
+                    if callable(store):  # between hosts: the kernel serves it to this pool only (not scripts)
+                        rendezvous = store(timeout)
+                    elif store.get("file"):
                         # One host: Gloo's and NCCL's sockets on loopback only, whatever the environment said (the
                         # kernel tells the user when it overrides a setting of theirs).
                         os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = "lo"
                         rendezvous = dist.FileStore(store["file"], size)
-                    elif callable(store):  # between hosts: the kernel serves it to this pool only (not scripts)
-                        rendezvous = store(timeout)
                     else:  # a script under mpirun: served by rank 0
                         host, port = store["host"], int(store["port"])
                         rendezvous = dist.TCPStore(host, port, size, is_master=rank == 0, timeout=timeout)
