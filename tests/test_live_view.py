@@ -429,12 +429,13 @@ def test_a_line_that_never_ends_keeps_only_its_tail() -> None:
 
 def test_a_metrics_bug_never_stops_the_log(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from jupyter_hvd import digest as digest_module
+    from jupyter_hvd import metrics
     from jupyter_hvd.widgets import live_view
 
     def broken(line: str) -> Any:
         raise ValueError("unreadable")
 
-    monkeypatch.setattr(digest_module, "parse_line", broken)
+    monkeypatch.setattr(metrics, "parse_line", broken)
     view = live_view.LiveView(ranks=2, show_ranks=[0, 1], log_lines=100, plots=["loss"])
     view.show()
     assert view.widget is not None
