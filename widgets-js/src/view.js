@@ -9,6 +9,8 @@ import { PlotPanel } from "./plot.js";
 import { panels } from "./series.js";
 import { SMOOTHING, SMOOTH_FROM, smoothingFor } from "./smooth.js";
 
+const AUTO_SMOOTHING = `automatic: ${SMOOTHING} (TensorBoard's weight, debiased) from ${SMOOTH_FROM} points on, off below; learning rates and other schedules, accuracies and other bounded metrics as they are; double-click: automatic again`;
+
 /**
  * Draw `store` into `el`. `config`: plots (the --plot patterns, or ["all"]), ranks (the shown ranks), smoothing (null:
  * automatic, else the weight), logY, onSettings ({smoothing, logY} => void, when the user changes them).
@@ -53,14 +55,14 @@ export function mountView(el, store, config) {
   const plots = config.plots ?? ["all"];
   const panelsByTitle = new Map();
   const showSettings = () => {
-    const most = Math.max(0, ...[...store.series.series.values()].map((s) => s.n));
     const auto = settings.smoothing === null;
-    const weight = auto ? smoothingFor(most) : settings.smoothing;
+    // Automatic: the weight the curves that are smoothed get (none: off).
+    const weight = auto
+      ? Math.max(0, ...[...store.series.series.values()].map((s) => smoothingFor(s.n, null, s.name)))
+      : settings.smoothing;
     slider.value = String(weight);
     smoothValue.textContent = weight > 0 ? weight.toFixed(2) : "off";
-    smoothLabel.title = auto
-      ? `automatic: ${SMOOTHING} (TensorBoard's weight, debiased) from ${SMOOTH_FROM} points on, off below; double-click: automatic again`
-      : "the weight of the moving average (TensorBoard's, debiased); 0 is off";
+    smoothLabel.title = auto ? AUTO_SMOOTHING : "the weight of the moving average (TensorBoard's, debiased); 0 is off";
     smoothLabel.dataset.auto = String(auto);
     logButton.setAttribute("aria-pressed", String(settings.logY));
     root.dataset.smoothing = String(weight);
