@@ -131,6 +131,7 @@ export function mountView(el, store, config) {
     destroy() {
       store.listeners.delete(schedule);
       clearInterval(tick);
+      log.destroy();
       for (const p of panelsByTitle.values()) p.destroy();
     },
   };
