@@ -77,6 +77,10 @@ def kept(ys: list[float], limit: int) -> list[int]:
     keep = {0, n - 1}
     for b in range(buckets):
         lo, hi = b * n // buckets, (b + 1) * n // buckets
+        seg = ys[lo:hi]
+        if seg and math.isfinite(sum(seg)):  # the common stretch, in C: every value finite (a huge sum may say not)
+            keep.update((lo + seg.index(min(seg)), lo + seg.index(max(seg))))
+            continue
         idx = [i for i in range(lo, hi) if math.isfinite(ys[i])]
         gaps = [i for i in range(lo, hi) if not math.isfinite(ys[i])]
         if gaps:
@@ -199,7 +203,7 @@ def panel_svg(
         xs = [curve.xs[i] for i in idx]
         layers = [([curve.ys[i] for i in idx], 1.0, 1.6)]
         if w > 0:  # smoothed over every point, then thinned: the saved image's trend is the live view's
-            trend = smooth(curve.ys, w)
+            trend = curve.trend.values(curve.ys, w)
             layers.insert(0, ([trend[i] for i in idx], 0.35, 3.5))
         for values, opacity, width in layers:
             coords = " ".join(
@@ -266,8 +270,14 @@ def view_data(
     ranks: list[int],
     smoothing: float | None = None,
     log_y: bool = False,
+    view_id: str | None = None,
 ) -> dict[str, Any]:
-    """The saved view as JSON (the MIME type's data): what labextension/src/mime.ts draws."""
+    """The saved view as JSON (the MIME type's data): what labextension/src/mime.ts draws (widgets-js/src/saved.js
+    and store.js Store.fromSaved read it). Fields: version; plots (the --plot patterns); ranks (the shown ranks);
+    smoothing (null: automatic) and log_y (the user's choices); status (live_view.LiveView.status() and its text);
+    curves (name, rank, x_kind, x, y with null for a gap, points: how many before thinning); log (append: the last
+    [text, stream, rank] lines, partials, total); view_id: the live widget's view while the cell runs (the renderer
+    draws the widget's data while it is on the page), null once it ended."""
     saved = []
     for c in curves:
         idx = kept(c.ys, SAVED_POINTS)
@@ -290,6 +300,7 @@ def view_data(
         "status": {**status, "text": status_text},
         "curves": saved,
         "log": log,
+        "view_id": view_id,
     }
 
 
@@ -304,8 +315,9 @@ def saved_bundle(
     ranks: list[int],
     smoothing: float | None = None,
     log_y: bool = False,
+    view_id: str | None = None,
 ) -> dict[str, Any]:
-    """The finished cell's output: the view as data for jupyter-hvd's renderer, and HTML and text twins."""
+    """A cell's output, mid-run or finished: the view as data for jupyter-hvd's renderer, and HTML and text twins."""
     summary = summary_line(curves, status_text, ranks)
     images = []
     for title, names in panels(list(dict.fromkeys(c.name for c in curves)), patterns):
@@ -328,7 +340,7 @@ def saved_bundle(
     )
     plain = "\n".join([*([more.rstrip()] if more else []), *log_tail, f"[jupyter-hvd] {summary}"])
     return {
-        MIME: view_data(curves, patterns, status, status_text, log, ranks, smoothing, log_y),
+        MIME: view_data(curves, patterns, status, status_text, log, ranks, smoothing, log_y, view_id),
         "text/html": page,
         "text/plain": plain,
     }

@@ -13,7 +13,8 @@ const AUTO_SMOOTHING = `automatic: ${SMOOTHING} (TensorBoard's weight, debiased)
 
 /**
  * Draw `store` into `el`. `config`: plots (the --plot patterns, or ["all"]), ranks (the shown ranks), smoothing (null:
- * automatic, else the weight), logY, onSettings ({smoothing, logY} => void, when the user changes them).
+ * automatic, else the weight), logY, onSettings ({smoothing, logY} => void, when the user changes them), pending (a
+ * saved copy of a running cell whose live widget may still come: it does not say yet that it is a copy).
  * Returns { schedule(logChange), destroy() }: schedule() redraws at the next animation frame.
  */
 export function mountView(el, store, config) {
@@ -90,8 +91,10 @@ export function mountView(el, store, config) {
   let logChanges = [];
   const paint = () => {
     frame = null;
-    statusEl.textContent = formatStatus(store.status, store.elapsed());
+    statusEl.textContent = formatStatus(store.status, store.elapsed(), store.saved && !config.pending);
     root.dataset.state = store.status?.state ?? "running";
+    root.dataset.saved = String(store.saved);
+    statusEl.dataset.elapsed = String(store.status?.elapsed ?? ""); // the cell's time when the kernel said it (tests)
     const wanted = panels(store.series.names(), plots);
     for (const [title, names] of wanted) {
       let panel = panelsByTitle.get(title);
@@ -122,7 +125,7 @@ export function mountView(el, store, config) {
   };
   store.listeners.add(schedule);
   const tick = setInterval(() => {
-    if (store.status?.state === "running") statusEl.textContent = formatStatus(store.status, store.elapsed());
+    if (store.status?.state === "running" && !store.saved) statusEl.textContent = formatStatus(store.status, store.elapsed());
   }, 1000);
   logChanges.push({ reset: true });
   paint();
@@ -133,6 +136,7 @@ export function mountView(el, store, config) {
       clearInterval(tick);
       log.destroy();
       for (const p of panelsByTitle.values()) p.destroy();
+      root.remove();
     },
   };
 }
