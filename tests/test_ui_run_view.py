@@ -44,7 +44,7 @@ print("done")
 
 RELOAD = """%%hvd
 import time
-for step in range(150):
+for step in range(300):
     time.sleep(0.1)
     print(f"step {step} loss={1 / (step + 1):.5f}")
 print("done")

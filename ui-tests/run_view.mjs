@@ -216,11 +216,12 @@ await runCheck({ artifacts: ARTIFACTS, viewport: VIEWPORT }, async ({ page, resu
     await page.keyboard.press("Control+s");
     await page.waitForTimeout(2000);
     await page.reload();
+    const busy = !(await kernelIdle()); // reloaded while the cell runs
     const again = page.locator(".jp-Notebook .jp-Cell").nth(RELOAD_CELL);
     await again.scrollIntoViewIfNeeded();
     await again.locator(".jhvd-live").waitFor({ timeout: 60000 });
     await page.waitForTimeout(4000); // past the grace a copy gives its widget, and the widget manager's 2 s
-    const during = { ...(await look(again)), busy: !(await kernelIdle()), page: await pageText(page) };
+    const during = { ...(await look(again)), busy, page: await pageText(page) };
     await shot(`${APP}-6-reloaded-mid-run`);
     for (let i = 0; i < 240 && !(await kernelIdle()); i++) await page.waitForTimeout(250);
     await page.waitForTimeout(4000);
