@@ -1,6 +1,6 @@
 """A cell's output, read once: each rank's text split into the lines a terminal shows, each line parsed for metrics
-once (jupyter_hvd/metrics.py). The cell runner feeds every chunk that arrives; the view, the sidebar's figures and
-the NaN check all take the same lines.
+once (jupyter_hvd/metrics.py; a stream's LineReader skips the source lines a traceback or a warning quotes). The cell
+runner feeds every chunk that arrives; the view, the sidebar's figures and the NaN check all take the same lines.
 
 Pure logic. `\\n` ends a line; `\\r` rewrites the line being written, so a tqdm bar stays one line, and each state
 it rewrites is handed out once as a finished (not ended) line, for its metrics.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .metrics import ParsedLine, parse_line
+from .metrics import LineReader, ParsedLine
 
 _BREAKS = re.compile(r"(\r\n|\n|\r)")
 MAX_LINE_CHARS = 4000  # a line that never ends (a bar without \r, a flood) keeps only its last characters
@@ -42,6 +42,7 @@ class Chunk:
 class _Partial:
     text: str = ""
     rewind: bool = False  # a `\r` came: the next text replaces the line
+    reader: LineReader = field(default_factory=LineReader)  # knows when the stream quotes source (a traceback)
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Digest:
         lines, unreadable = [], None
         for line, ended in finished:
             try:
-                parsed = parse_line(line)
+                parsed = part.reader.read(line)
             except Exception as exc:  # a line we cannot read must not stop the cell's output
                 parsed = ParsedLine()
                 unreadable = f"a printed line could not be read for metrics ({type(exc).__name__}: {exc})"

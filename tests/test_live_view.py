@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import re
 import time
 from array import array
@@ -180,6 +181,46 @@ def test_updates_are_coalesced_and_carry_every_point_and_line_once(capsys: pytes
     capsys.readouterr()
 
 
+def test_a_slow_copy_never_holds_back_an_update(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The copy in the notebook is built on a thread of its own: a long run's copy (here 0.4 s)
+    never delays the lines the view shows (bench/live_view_overhead.py's print-to-widget latency)."""
+    from jupyter_hvd.widgets import live_view
+
+    monkeypatch.setattr(live_view, "COPY_EVERY_S", 0.01)
+    view = live_view.LiveView(ranks=2, show_ranks=[0], log_lines=1000, plots=["loss"])
+    view.show()
+    assert view.widget is not None
+    arrived: dict[str, float] = {}
+
+    def send(content: dict[str, Any], buffers: Any = None) -> None:
+        for text, _, _ in (content["log"] or {}).get("append", []):
+            arrived[text] = time.monotonic()
+
+    view.widget.send = send
+    real = live_view.saved_bundle
+
+    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        time.sleep(0.4)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(live_view, "saved_bundle", slow)
+    monkeypatch.setattr(live_view, "update_display", lambda *args, **kwargs: None)
+    digest, printed = Digest(), {}
+    for i in range(60):
+        printed[f"step {i} loss=1"] = time.monotonic()
+        view.output(digest.feed(0, "stdout", f"step {i} loss=1\n"))
+        time.sleep(0.02)
+    time.sleep(0.1)
+    copies = len(view.copy_seconds)
+    view.close(ok=True)
+    lags = sorted(arrived[line] - t for line, t in printed.items())
+    assert copies >= 1, "no copy was made while the lines came"
+    assert lags[-1] < 0.2, f"a line waited {lags[-1]:.2f} s for its update"
+    capsys.readouterr()
+
+
 def test_report_batches_records_off_the_training_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     from jupyter_hvd.engine import outbox
     from jupyter_hvd.engine.cell import report as engine_report
@@ -208,13 +249,16 @@ def test_report_rejects_what_is_not_a_number() -> None:
 # ---- a real kernel and a real 2-rank pool ----------------------------------------------------------------------
 
 
-def saved_outputs(run: CellResult) -> list[Any]:
-    """The cell's outputs as the notebook saves them: each display, updated in place by update_display_data."""
+def saved_outputs(run: CellResult, until: float | None = None) -> list[Any]:
+    """The cell's outputs as the notebook saves them (at `until`, or at the end): each display, updated in place by
+    update_display_data."""
     import nbformat
 
     outputs: list[Any] = []
     by_id: dict[str, Any] = {}
-    for _, m in run.messages:
+    for t, m in run.messages:
+        if until is not None and t > until:
+            break
         content = m["content"]
         display_id = (content.get("transient") or {}).get("display_id")
         if m["msg_type"] == "display_data":
@@ -281,8 +325,8 @@ def test_the_plot_grows_while_the_cell_runs_and_the_log_keeps_up(live: Kernel) -
     assert run.stdout == "", "output went to the plain stream as well as the live view"
     (widget,) = [m for _, m in run.of("display_data")]
     assert "application/vnd.jupyter.widget-view+json" in widget["content"]["data"]
-    # When the cell ends, the widget's output is replaced by the finished view: one output, no widget left.
-    (final,) = [m for _, m in run.of("update_display_data")]
+    # When the cell ends, the output becomes the finished view: one output, no widget left.
+    final = run.of("update_display_data")[-1][1]
     assert final["content"]["transient"]["display_id"] == widget["content"]["transient"]["display_id"]
     data = final["content"]["data"]
     assert "application/vnd.jupyter.widget-view+json" not in data
@@ -417,6 +461,50 @@ def test_a_quick_silent_cell_shows_no_view_and_a_long_one_does(live: Kernel) -> 
     assert slow.updates[-1][1]["status"]["state"] == "done"
 
 
+def test_a_silent_cell_says_it_runs_from_its_first_second(live: Kernel) -> None:
+    """A cell that prints nothing (a stuck collective, a long data load) shows its status line within a second: the
+    output and the widget's first update come at once, with the state and the ranks."""
+    run = live.run("%%hvd\nimport time\ntime.sleep(2.5)")
+    shown, first = run.of("display_data")[0]
+    assert shown - run.started < 0.8, f"the view came {shown - run.started:.2f} s after the cell started"
+    assert first["content"]["data"][MIME]["status"]["state"] == "running"  # the copy already says it runs
+    t, update, _ = run.updates[0]
+    assert t - run.started < 0.8 and update["status"]["state"] == "running" and update["status"]["ranks"] == 2
+
+
+def test_a_notebook_saved_mid_run_holds_the_run_up_to_then(live: Kernel) -> None:
+    """From its first moment the output is a copy of the view (data, SVG, text) with the widget beside it, refreshed
+    while the cell runs: a notebook saved at any moment (autosave) holds the plot and the log up to a few seconds
+    before, and no widget is needed to show them. At the end: the final copy, without the widget."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    from jupyter_hvd.widgets.live_view import COPY_EVERY_S
+
+    source = TRAIN.format(options="", steps=300, average="")  # about 6 s
+    run = live.run(source)
+    assert run.error is None, run.error_text
+    (first,) = [m["content"]["data"] for _, m in run.of("display_data")]
+    assert {MIME, "text/html", "text/plain", "application/vnd.jupyter.widget-view+json"} <= set(first)
+    assert first[MIME]["view_id"]  # the live widget's view: the renderer draws its data while it is on the page
+    copies = [(t, m["content"]["data"]) for t, m in run.of("update_display_data")]
+    *mid_run, (_, final) = copies
+    assert len(mid_run) >= 2, "the copy was not refreshed while the cell ran"
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(copies)]
+    assert max(gaps[:-1]) < COPY_EVERY_S + 1.5, gaps  # never much older than COPY_EVERY_S
+    saved_at = mid_run[len(mid_run) // 2][0] + 0.1  # a save in the middle of the run
+    (saved,) = saved_outputs(run, until=saved_at)
+    view = saved["data"][MIME]
+    assert view["status"]["state"] == "running" and 0 < len(view["curves"][0]["x"]) < 300
+    assert view["log"]["append"] and "saved while running" in saved["data"]["text/plain"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source, outputs=[saved])])
+    nbformat.validate(nb)
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    assert 'alt="loss curve"' in html and "saved while running" in html  # nbviewer's and GitHub's view of it
+    assert "application/vnd.jupyter.widget-view+json" not in final and final[MIME]["view_id"] is None
+    assert final[MIME]["status"]["state"] == "done" and len(final[MIME]["curves"][0]["x"]) == 300
+
+
 def test_a_line_that_never_ends_keeps_only_its_tail() -> None:
     from jupyter_hvd.digest import MAX_LINE_CHARS
 
@@ -429,12 +517,13 @@ def test_a_line_that_never_ends_keeps_only_its_tail() -> None:
 
 def test_a_metrics_bug_never_stops_the_log(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from jupyter_hvd import digest as digest_module
+    from jupyter_hvd import metrics
     from jupyter_hvd.widgets import live_view
 
     def broken(line: str) -> Any:
         raise ValueError("unreadable")
 
-    monkeypatch.setattr(digest_module, "parse_line", broken)
+    monkeypatch.setattr(metrics, "parse_line", broken)
     view = live_view.LiveView(ranks=2, show_ranks=[0, 1], log_lines=100, plots=["loss"])
     view.show()
     assert view.widget is not None

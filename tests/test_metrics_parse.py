@@ -167,3 +167,73 @@ def test_metric_names_are_normalised() -> None:
     assert metric_name("'learning_rate'") == "learning_rate"
     assert metric_name("loss", "test") == "test_loss"
     assert metric_name("val_loss", "val") == "val_loss"
+
+
+# Lines that are not metrics: warnings, errors, tracebacks, log records of warnings, a file's `name.cpp:822`, prose.
+NOT_METRICS = [
+    (
+        "torch's UserWarning, with a C++ file:line",
+        "/opt/venv/lib/python3.11/site-packages/torch/_tensor.py:1128: UserWarning: The .grad attribute of a Tensor "
+        "that is not a leaf Tensor is being accessed. (Triggered internally at "
+        "/pytorch/torch/csrc/autograd/generated/python_variable_methods.cpp:822.)",
+    ),
+    ("a file:line alone", "(Triggered internally at /pytorch/torch/csrc/autograd/python_variable_methods.cpp:822.)"),
+    ("an exception's message", "ValueError: x = 3"),
+    ("a chained traceback's prose", "During handling of the above exception, another exception occurred:"),
+    ("a frame of a traceback", '  File "<hvd-cell-2>", line 7, in <module>'),
+    ("logging's warning", "WARNING:root:lr=0.1 is too high for batch_size=8"),
+    ("c10's warning", "[W1128 12:00:00.123456 123 ProcessGroupNCCL.cpp:4561] Warning: loss = 0.5 may hang"),
+    ("NCCL's warning", "vm:123:456 [0] NCCL WARN Call to connect returned Connection refused, retrying: 3"),
+    ("prose with a value", "next cell works on rank 0 x = 3"),
+    ("a debug print", "x = 3"),
+    ("a sentence and a count", "Number of parameters: 1234567"),
+    ("a note", "Note: 3 files were skipped"),
+    ("a model summary", "Total params: 1,234 (4.82 KB)"),
+]
+
+
+@pytest.mark.parametrize(("source", "line"), NOT_METRICS, ids=[r[0] for r in NOT_METRICS])
+def test_warnings_errors_tracebacks_files_and_prose_give_no_metrics(source: str, line: str) -> None:
+    assert parse_line(line).values == {}, source
+
+
+# What still is one: `name=value` anywhere but in the lines above; `name: value` in progress lines, tqdm's postfix,
+# and lines of nothing but metrics.
+STILL_METRICS = [
+    ("name=value in prose", "resuming with lr=0.05", {"lr": 0.05}),
+    ("name: value in a progress line", "Epoch 3 finished, val loss: 0.25", {"val_loss": 0.25}),
+    ("name = value in a progress line", "step 7: loss = 0.5", {"loss": 0.5}),
+    (
+        "tqdm postfix after a colon",
+        "train:  37%|███▋      | 37/100 [00:01<00:02, 30.10it/s, loss: 0.512]",
+        {"loss": 0.512},
+    ),
+    ("several pairs", "acc: 0.91, f1: 0.88", {"acc": 0.91, "f1": 0.88}),
+    ("a metric named after its class", "MeanSquaredError: 0.12", {"meansquarederror": 0.12}),
+]
+
+
+@pytest.mark.parametrize(("source", "line", "values"), STILL_METRICS, ids=[r[0] for r in STILL_METRICS])
+def test_what_looks_like_a_metric_still_is_one(source: str, line: str, values: dict[str, float]) -> None:
+    assert parse_line(line).values == pytest.approx(values), source
+
+
+def test_the_source_lines_a_traceback_or_a_warning_quotes_are_not_metrics() -> None:
+    from jupyter_hvd.digest import Digest
+
+    stderr = (
+        "<hvd-cell-2>:3: UserWarning: deprecated\n"
+        "  lr = 0.1\n"  # the warning's source line
+        "Traceback (most recent call last):\n"
+        '  File "<hvd-cell-2>", line 7, in <module>\n'
+        "    loss = 0.5\n"
+        "    ^^^^^^^^^^\n"
+        "ValueError: loss = 0.5\n"
+        "  0%|          | 0/10 [00:00<?, ?it/s, loss=0.9]\n"  # a bar after it, indented as tqdm draws it
+        "step 1 loss=0.4\n"
+    )
+    lines = Digest().feed(0, "stderr", stderr).lines
+    assert [(line.text, line.parsed.values) for line in lines if line.parsed] == [
+        ("  0%|          | 0/10 [00:00<?, ?it/s, loss=0.9]", {"loss": 0.9}),
+        ("step 1 loss=0.4", {"loss": 0.4}),
+    ]

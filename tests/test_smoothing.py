@@ -39,6 +39,10 @@ SERIES: dict[str, list[float]] = {
 WEIGHTS = [0.6, 0.3, 0.95]  # the default, and what the slider may set
 POINTS = [0, 1, 19, 20, 21, 500]
 NAMES = ["loss", "val_loss", "acc", "test_accuracy", "lr", "learning_rate", "train_loss", "eval_f1", "val", "img_sec"]
+# Names the automatic smoothing leaves as they are (schedules, bounded metrics), and names it smooths.
+AS_IS = ["lr", "learning_rate", "lr/pg0", "momentum", "weight_decay", "loss_scale", "acc", "val_accuracy", "top1",
+         "Acc@5", "precision", "recall", "eval_f1", "auc", "miou", "mAP"]  # fmt: skip
+SMOOTHED = ["loss", "val_loss", "train_loss", "grad_norm", "perplexity", "img_sec", "reward", "accumulated_loss"]
 PATTERNS = [["all"], ["loss"], ["loss", "acc"], ["acc", "lr", "nothing"]]
 
 # Node reads the series (non-finite values as strings: JSON has no NaN), smooths each whole with smooth() and
@@ -68,6 +72,7 @@ for (const w of input.weights) {
   }
 }
 out.rule = input.points.map((n) => [smoothingFor(n), smoothingFor(n, 0.9), smoothingFor(n, 0)]);
+out.byName = input.byName.map((name) => [smoothingFor(500, null, name), smoothingFor(500, 0.9, name)]);
 out.families = input.names.map(family);
 out.panels = input.patterns.map((p) => panels(input.names, p));
 console.log(JSON.stringify(out));
@@ -91,6 +96,7 @@ def js() -> dict:
                 "weights": WEIGHTS,
                 "points": POINTS,
                 "names": NAMES,
+                "byName": AS_IS + SMOOTHED,
                 "patterns": PATTERNS,
             }
         ),
@@ -121,6 +127,16 @@ def test_the_same_smoothing_weight_and_rule(js: dict) -> None:
         for n in POINTS
     ]
     assert python == js["rule"]
+
+
+def test_schedules_and_bounded_metrics_are_drawn_as_they_are_unless_the_user_asks(js: dict) -> None:
+    """The learning rate is set, not measured, and an accuracy moves in steps: neither gets the automatic smoothing;
+    a weight the user picks applies to them too. The same answers in Python and JS."""
+    python = [
+        [static_plot.smoothing_for(500, None, n), static_plot.smoothing_for(500, 0.9, n)] for n in AS_IS + SMOOTHED
+    ]
+    assert python == [[0.0, 0.9]] * len(AS_IS) + [[static_plot.SMOOTHING, 0.9]] * len(SMOOTHED)
+    assert python == js["byName"]
 
 
 @pytest.mark.parametrize("weight", WEIGHTS)

@@ -12,6 +12,7 @@ the seconds since the cell started.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -22,6 +23,33 @@ from ..metrics import ParsedLine
 RATE_WINDOW_S = 10.0  # samples/s and steps/s are measured over this much recent time
 SOURCES = {"print": 0, "progress": 1, "report": 2}  # what wins over what
 SPLITS = ("train", "training", "val", "valid", "validation", "test", "eval")  # a family's members: val_loss is a loss
+
+
+class Trend:
+    """A curve's smoothed values (static_plot.smooth, TensorBoard's debiased moving average), kept and extended as the
+    curve grows: each saved copy of a running cell's view costs its new points, not the whole run. Shared by a curve
+    and the copies the saved views take of it (their values are a prefix of its), hence the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._weight: float | None = None
+        self._ema = 0.0
+        self._count = 0  # finite values seen: the debiasing divides by 1 - weight ** count
+        self._values: list[float] = []
+
+    def values(self, ys: list[float], weight: float) -> list[float]:
+        """The smoothed values of `ys` (the curve's values, or a prefix of them) at `weight`."""
+        with self._lock:
+            if weight != self._weight:  # the user moved the slider: from the start
+                self._weight, self._ema, self._count, self._values = weight, 0.0, 0, []
+            for y in ys[len(self._values) :]:
+                if math.isfinite(y):
+                    self._count += 1
+                    self._ema = self._ema * weight + (1 - weight) * y
+                    self._values.append(self._ema / (1 - weight**self._count))
+                else:
+                    self._values.append(y)  # a gap stays a gap and does not move the average
+            return self._values[: len(ys)]
 
 
 @dataclass
@@ -38,6 +66,11 @@ class Curve:
     reset: bool = False  # the view must drop what it has of this curve before appending
     x_offset: float = 0.0  # printed steps that restart each epoch are continued, so x keeps increasing
     last_raw_x: float | None = None
+    trend: Trend = field(default_factory=Trend, compare=False, repr=False)  # its smoothed values, as it grows
+
+    def prefix(self, n: int) -> Curve:
+        """Its first `n` points, as a curve of their own that shares its smoothed values (a saved copy's)."""
+        return Curve(self.name, self.source, self.rank, self.x_kind, self.xs[:n], self.ys[:n], trend=self.trend)
 
     @property
     def key(self) -> str:

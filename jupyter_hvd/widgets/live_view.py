@@ -5,10 +5,14 @@ thread; they only update in-memory buffers. A flusher thread sends what changed 
 a quiet spell at once, at most `UPDATES_PER_S` times a second under load), as one custom message carrying only new
 lines and new points (binary).
 
-When the cell ends, the widget's output is replaced by the finished view (static_plot.saved_bundle: the view as
-data, which jupyter-hvd's renderer draws without a kernel, and HTML and text twins) and the widget is closed: the
-saved notebook holds one output per cell and no widget, so it reopens clean in JupyterLab, Notebook 7, nbviewer and
-GitHub. A failed cell always ends with its status line, whether or not it had shown anything.
+The cell's output is, from its first moment, a copy of the view (static_plot.saved_bundle: the view as data, which
+jupyter-hvd's renderer draws without a kernel, and HTML and text twins) with the widget beside it in the same output.
+A thread of its own refreshes the copy (update_display) every COPY_EVERY_S while something changed, so a notebook
+saved at any moment (JupyterLab autosaves every 2 minutes) reopens with the run up to then, in JupyterLab, Notebook 7,
+nbviewer and GitHub. jupyter-hvd's renderer draws that output from the live widget's data while the widget is on the
+page (widgets-js/src/live.js); other widget front ends (VS Code) draw the widget. When the cell ends the output
+becomes the final copy, without the widget, and the widget is closed: the saved notebook holds one output per cell
+and no widget. A failed cell always ends with its status line, whether or not it had shown anything.
 """
 
 from __future__ import annotations
@@ -33,10 +37,14 @@ from .static_plot import SAVED_LOG_LINES, saved_bundle
 # Well above a loop printing at 20 Hz: with the gap equal to the print interval, one late send made every later line
 # wait for the gap (measured: 16 ms median at 20/s, 2 ms at 30/s).
 UPDATES_PER_S = 30.0
-SHOW_AFTER_S = 1.0  # a cell with no output and no metrics shows its view after this long
-STATIC_LOG_LINES = 40  # log lines in the HTML and text twins of the finished view
+SHOW_AFTER_S = 0.25  # a cell with no output and no metrics shows its view (its status line) after this long
+STATIC_LOG_LINES = 40  # log lines in the HTML and text twins of the saved copy
+COPY_EVERY_S = 2.0  # the copy in the notebook is at most about this old mid-run (autosave may come at any moment)
+COPY_COST_SHARE = 0.05  # ...and costs the kernel at most this share of its time: a long run's copies come less often
+COPY_IDLE_S = 30.0  # a cell that shows nothing new still gets a copy this often (its elapsed time)
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 STATIC = Path(__file__).parent / "static"
-STATES = {"running": "running", "done": "finished", "failed": "stopped (error or interrupt)"}
+STATES = {"running": "saved while running", "done": "finished", "failed": "stopped (error or interrupt)"}
 
 
 class TrainingView(anywidget.AnyWidget):
@@ -85,9 +93,18 @@ class LiveView:
         self._closed = False
         self._noted = False
         self._thread: threading.Thread | None = None
+        self._changes = 0  # counts what the copy in the notebook may not have yet (under _lock)
+        self._copied = 0  # _changes when the last copy was taken
+        self._copy_due = 0.0  # monotonic time of the next copy, where something changed
+        self._copied_at = 0.0  # monotonic time of the last copy
+        self._copy_lock = threading.Lock()  # one copy published at a time, none after the final one
+        self._copy_stop = threading.Event()  # the cell ended: no more copies
+        self._final = False
+        self.copy_seconds: list[float] = []  # what each copy cost the kernel (built and sent)
 
     def show(self) -> None:
-        """Display the widget and start sending updates (what arrived before is sent in the first update).
+        """Display the view (a copy of it, with the widget beside it) and start sending updates at once (what arrived
+        before is sent in the first update), so the status line shows from the cell's first moments.
 
         Called at the first output or metric, or once the cell has run for SHOW_AFTER_S: a quick silent cell
         (defining a model, say) shows nothing, as a plain cell would, and costs no widget (about 9 ms).
@@ -98,9 +115,16 @@ class LiveView:
             view_id=uuid.uuid4().hex, plots=self.plots, ranks=self.show_ranks, log_lines=self.log_lines
         )
         self.widget.on_msg(self._on_front_end_msg)
-        display(self.widget, display_id=self.display_id)
+        with self._lock:
+            bundle = self.saved_copy()
+            self._copied = self._changes
+        display(bundle, raw=True, display_id=self.display_id)
+        self._copied_at = time.monotonic()
+        self._copy_due = self._copied_at + COPY_EVERY_S
+        self._dirty.set()
         self._thread = threading.Thread(target=self._flush_loop, name="jupyter-hvd-live-view", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._copy_loop, name="jupyter-hvd-live-view-copy", daemon=True).start()
 
     # ---- CellView ------------------------------------------------------------------------------------------
 
@@ -114,12 +138,14 @@ class LiveView:
                 self.curves.add_printed(line.parsed, now, chunk.rank)
             if chunk.unreadable:
                 self._note(chunk.unreadable)
+            self._changes += 1
         self._dirty.set()
 
     def nonfinite(self, message: str) -> None:
         """Shown on the status line."""
         with self._lock:
             self.curves.nonfinite = message
+            self._changes += 1
         self._dirty.set()
 
     def metrics(self, rank: int, data: Any) -> None:
@@ -130,12 +156,14 @@ class LiveView:
                 self.curves.add_reports(rank, data)
             except Exception as exc:
                 self._note(f"report() values from rank {rank} could not be plotted ({type(exc).__name__}: {exc})")
+            self._changes += 1
         self._dirty.set()
 
     def straggler(self, message: str | None) -> None:
         """The rank that sets the pace (or None once the ranks are even again), for the status line."""
         with self._lock:
             self.curves.straggler = message
+            self._changes += 1
         self._dirty.set()
 
     def display(self, rank: int, data: dict[str, Any], metadata: dict[str, Any]) -> None:
@@ -154,8 +182,9 @@ class LiveView:
             self.log.say(f"[jupyter-hvd] {text}")
 
     def close(self, ok: bool) -> None:
-        """The cell ended (ok False: error, interrupt or restart): the widget's output becomes the finished view."""
+        """The cell ended (ok False: error, interrupt or restart): the output becomes the final copy of the view."""
         self._closed = True
+        self._copy_stop.set()
         with self._lock:
             self.state = "done" if ok else "failed"
             self.ended = time.time()
@@ -172,33 +201,88 @@ class LiveView:
             self._send(update)
             self.widget.updates = self.seq
         except Exception:
-            pass  # the front end went away (kernel shutting down): the finished view below still records the cell
+            pass  # the front end went away (kernel shutting down): the final copy below still records the cell
         with self._lock:
             bundle = self.finished_view()
-        update_display(bundle, display_id=self.display_id, raw=True)
+        self._publish_copy(bundle, final=True)
         try:
             self.widget.close()  # nothing in the notebook refers to it any more
         except Exception:
             pass
 
     def finished_view(self) -> dict[str, Any]:
-        """The output that replaces the widget: the view as data, HTML and text (static_plot.saved_bundle)."""
+        """The output the cell ends with: the view as data, HTML and text (static_plot.saved_bundle), no widget."""
+        return self._copy_of(self._snapshot())
+
+    def saved_copy(self) -> dict[str, Any]:
+        """The output while the cell runs: the view as data, HTML and text, with the widget in the same output
+        (jupyter-hvd's renderer draws the widget's data while it is on the page, other front ends the widget)."""
+        return self._with_widget(self._copy_of(self._snapshot()))
+
+    def _with_widget(self, bundle: dict[str, Any]) -> dict[str, Any]:
+        # The widget's own entry in the output (as display(widget) writes it: its model's id), beside the copy.
+        if self.widget is not None:
+            bundle[WIDGET_VIEW] = {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id}
+        return bundle
+
+    def _snapshot(self) -> dict[str, Any]:
+        # What a copy shows (under _lock: the main thread appends while the copy is built). Curves only
+        # grow, so their lengths now are enough: _copy_of takes those first points, outside the lock.
         tail = self.log.tail(STATIC_LOG_LINES)
-        saved = list(self.log.lines)[-SAVED_LOG_LINES:]
-        log = {"append": saved, "partials": [], "total": self.log.total}
         widget = self.widget
+        return {
+            "curves": [(c, len(c.ys)) for c in self.curves.plotted(self.plots)],
+            "status": self.status(),
+            "status_text": self.status_text(),
+            "log": {"append": list(self.log.lines)[-SAVED_LOG_LINES:], "partials": [], "total": self.log.total},
+            "tail": tail,
+            "dropped": self.log.total - len(tail),
+            "smoothing": widget.smoothing if widget is not None else None,
+            "log_y": bool(widget.log_y) if widget is not None else False,
+            "view_id": widget.view_id if widget is not None and not self._closed else None,
+        }
+
+    def _copy_of(self, snap: dict[str, Any]) -> dict[str, Any]:
+        # The snapshot as the output's bundle (static_plot.saved_bundle); its view_id names the live widget's view.
         return saved_bundle(
-            self.curves.plotted(self.plots),
+            [curve.prefix(n) for curve, n in snap["curves"]],
             self.plots,
-            self.status(),
-            self.status_text(),
-            log,
-            tail,
-            self.log.total - len(tail),
+            snap["status"],
+            snap["status_text"],
+            snap["log"],
+            snap["tail"],
+            snap["dropped"],
             self.show_ranks,
-            widget.smoothing if widget is not None else None,
-            bool(widget.log_y) if widget is not None else False,
+            snap["smoothing"],
+            snap["log_y"],
+            snap["view_id"],
         )
+
+    def _refresh_copy(self) -> None:
+        # A new copy in the notebook, built outside the lock; the next one is due in COPY_EVERY_S, or later where
+        # this one cost more than COPY_COST_SHARE of that.
+        t0 = time.perf_counter()
+        with self._lock:
+            changes = self._changes
+            snap = self._snapshot()
+        self._publish_copy(self._with_widget(self._copy_of(snap)))
+        cost = time.perf_counter() - t0
+        self.copy_seconds.append(cost)
+        self._copied = changes
+        self._copied_at = time.monotonic()
+        self._copy_due = self._copied_at + max(COPY_EVERY_S, cost / COPY_COST_SHARE)
+
+    def _next_copy(self) -> float:
+        # When the next copy is due: soon where something changed, else only for the elapsed time.
+        return self._copy_due if self._changes != self._copied else self._copied_at + COPY_IDLE_S
+
+    def _publish_copy(self, bundle: dict[str, Any], final: bool = False) -> None:
+        # The output becomes `bundle`; once the final copy is out, a late refresh is dropped.
+        with self._copy_lock:
+            if self._final:
+                return
+            self._final = final
+            update_display(bundle, display_id=self.display_id, raw=True)
 
     # ---- status --------------------------------------------------------------------------------------------
 
@@ -260,7 +344,19 @@ class LiveView:
             try:
                 self._send(update)
             except Exception:
-                return  # the comm is gone; close() still writes the finished view
+                return  # the comm is gone; close() still writes the final copy
+
+    def _copy_loop(self) -> None:
+        # The copy in the notebook, refreshed on a thread of its own: building one (tens of milliseconds for a long
+        # run) never holds back an update. Checked at least twice a second: a change makes a copy due.
+        while not self._copy_stop.wait(min(0.5, max(0.0, self._next_copy() - time.monotonic()))):
+            if time.monotonic() < self._next_copy():
+                continue
+            try:
+                self._refresh_copy()
+            except Exception:  # a copy that failed: the next one may not
+                self._copied_at = time.monotonic()
+                self._copy_due = self._copied_at + COPY_EVERY_S
 
     def _take_update(self, full: bool = False) -> tuple[dict[str, Any], list[bytes]]:
         """The next message: new points per curve (x and y as float64 buffers), new log lines, the status."""

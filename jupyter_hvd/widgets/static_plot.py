@@ -18,10 +18,16 @@ import math
 import re
 from typing import Any
 
-from .curves import Curve, finite, panels
+from .curves import Curve, panels
 
 SMOOTHING = 0.6  # TensorBoard's default weight
 SMOOTH_FROM = 20  # fewer points than this are drawn as they are: a moving average of a few points only lags
+# Words of a metric's name that make it a schedule (set, not measured) or a bounded metric (an accuracy moves in steps
+# between 0 and 1): drawn as they are unless the user picks a weight. widgets-js/src/smooth.js AS_IS is the same set.
+AS_IS = frozenset(
+    "lr learning momentum wd decay warmup temperature beta beta1 beta2 eps epsilon scale "
+    "acc accuracy acc1 acc5 top1 top5 precision prec prec1 prec5 recall f1 auc auroc iou miou dice map".split()
+)
 MIME = "application/vnd.jupyter-hvd.view+json"
 VERSION = 1
 SAVED_POINTS = 5000  # per curve in the saved data (more are thinned, keeping each stretch's lowest and highest)
@@ -47,12 +53,17 @@ def smooth(ys: list[float], weight: float = SMOOTHING) -> list[float]:
     return out
 
 
-def smoothing_for(points: int, chosen: float | None = None) -> float:
-    """The weight a curve of `points` points is smoothed with: the user's choice (the view's slider), else
-    SMOOTHING from SMOOTH_FROM points on, else none."""
+def smoothed_by_default(name: str) -> bool:
+    """Whether the curve of metric `name` gets the automatic smoothing: not a schedule (`lr`), not bounded (`acc`)."""
+    return not any(word in AS_IS for word in re.split(r"[^a-z0-9]+", name.lower()))
+
+
+def smoothing_for(points: int, chosen: float | None = None, name: str = "") -> float:
+    """The weight a curve of `points` points of metric `name` is smoothed with: the user's choice (the view's
+    slider), else SMOOTHING from SMOOTH_FROM points on for a metric smoothed by default, else none."""
     if chosen is not None:
         return min(max(float(chosen), 0.0), 0.999)
-    return SMOOTHING if points >= SMOOTH_FROM else 0.0
+    return SMOOTHING if points >= SMOOTH_FROM and smoothed_by_default(name) else 0.0
 
 
 def kept(ys: list[float], limit: int) -> list[int]:
@@ -66,6 +77,10 @@ def kept(ys: list[float], limit: int) -> list[int]:
     keep = {0, n - 1}
     for b in range(buckets):
         lo, hi = b * n // buckets, (b + 1) * n // buckets
+        seg = ys[lo:hi]
+        if seg and math.isfinite(sum(seg)):  # the common stretch, in C: every value finite (a huge sum may say not)
+            keep.update((lo + seg.index(min(seg)), lo + seg.index(max(seg))))
+            continue
         idx = [i for i in range(lo, hi) if math.isfinite(ys[i])]
         gaps = [i for i in range(lo, hi) if not math.isfinite(ys[i])]
         if gaps:
@@ -120,16 +135,29 @@ def panel_svg(
     title: str, curves: list[Curve], ranks: list[int], weight: float | None = None, log_y: bool = False
 ) -> str | None:
     """One panel as a standalone SVG document: raw values as the lines, the smoothed trend under them, axes with
-    round ticks (whole numbers for steps and epochs) and the x axis named; None when nothing finite is to be drawn."""
-    pts = [(x, y) for c in curves for x, y in zip(c.xs, c.ys, strict=True) if math.isfinite(y)]
-    log_y = log_y and bool(pts) and all(y > 0 for _, y in pts)
-    if not pts:
+    round ticks (whole numbers for steps and epochs) and the x axis named; None when nothing finite is to be drawn.
+    A log scale draws the values above 0 and says in the title how many it left out (as the live view does)."""
+    extents = [e for e in (_extent(c.ys) for c in curves) if e is not None]
+    if not extents:
         return None
+    scale = ""
+    if log_y:  # the y range is the raw values above 0 (the smoothed trend of a loss that reached 0 tends to 1e-25)
+        positive = [y for c in curves for y in c.ys if 0 < y < math.inf]
+        left = sum(1 for c in curves for y in c.ys if -math.inf < y <= 0)
+        if not positive:
+            scale = " (log scale: no value above 0, drawn linear)"
+        elif left:
+            scale = f" (log scale; {left:,} value{'' if left == 1 else 's'} ≤ 0 left out)"
+        else:
+            scale = " (log scale)"
+        log_y = bool(positive)
     kind = curves[0].x_kind
     integer = kind in ("step", "epoch", "samples")
-    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    ys_all = [math.log10(y) if log_y else y for _, y in pts]
-    y0, y1 = min(ys_all), max(ys_all)
+    x0, x1 = min(min(c.xs) for c in curves if c.xs), max(max(c.xs) for c in curves if c.xs)
+    if log_y:
+        y0, y1 = math.log10(min(positive)), math.log10(max(positive))
+    else:
+        y0, y1 = min(e[0] for e in extents), max(e[1] for e in extents)
     if x1 == x0:
         x0, x1 = x0 - 0.5, x1 + 0.5
     if y1 == y0:
@@ -149,9 +177,8 @@ def panel_svg(
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
         'font-family="sans-serif" font-size="11" fill="#444">',
         '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="{LEFT}" y="16" font-weight="bold" font-size="12" fill="#222">{html.escape(title)}'
-        + (" (log scale)" if log_y else "")
-        + "</text>",
+        f'<clipPath id="plot"><rect x="{LEFT}" y="{TOP}" width="{right - LEFT}" height="{bottom - TOP}"/></clipPath>',
+        f'<text x="{LEFT}" y="16" font-weight="bold" font-size="12" fill="#222">{html.escape(title + scale)}</text>',
     ]
     y_ticks = [t for t in range(math.floor(y0), math.ceil(y1) + 1) if y0 <= t <= y1] if log_y else nice_ticks(y0, y1, 4)
     for t in y_ticks:
@@ -171,12 +198,12 @@ def panel_svg(
     legend_x = right
     for i, curve in reversed(list(enumerate(curves))):
         colour = COLOURS[i % len(COLOURS)]
-        w = smoothing_for(len(curve.ys), weight)
+        w = smoothing_for(len(curve.ys), weight, curve.name)
         idx = kept(curve.ys, SVG_POINTS)
         xs = [curve.xs[i] for i in idx]
         layers = [([curve.ys[i] for i in idx], 1.0, 1.6)]
         if w > 0:  # smoothed over every point, then thinned: the saved image's trend is the live view's
-            trend = smooth(curve.ys, w)
+            trend = curve.trend.values(curve.ys, w)
             layers.insert(0, ([trend[i] for i in idx], 0.35, 3.5))
         for values, opacity, width in layers:
             coords = " ".join(
@@ -187,10 +214,11 @@ def panel_svg(
             role = "raw" if opacity == 1.0 else "smoothed"
             parts.append(
                 f'<polyline class="curve {role}" data-metric="{html.escape(curve.key)}" points="{coords}" fill="none" '
-                f'stroke="{colour}" stroke-opacity="{opacity}" stroke-width="{width}" stroke-linejoin="round"/>'
+                f'stroke="{colour}" stroke-opacity="{opacity}" stroke-width="{width}" stroke-linejoin="round" '
+                'clip-path="url(#plot)"/>'
             )
-        last = finite(curve.ys)
-        text = f"{curve_label(curve, ranks)} {_fmt(last[-1]) if last else '–'}"
+        last = _last_finite(curve.ys)
+        text = f"{curve_label(curve, ranks)} {_fmt(last) if last is not None else '–'}"
         parts.append(
             f'<text x="{legend_x}" y="16" text-anchor="end" fill="{colour}" font-weight="bold">'
             f"{html.escape(text)}</text>"
@@ -200,14 +228,27 @@ def panel_svg(
     return "".join(parts)
 
 
+def _extent(values: list[float]) -> tuple[float, float] | None:
+    """The lowest and highest finite value (None: none), in C where every value is finite (a long run's copy)."""
+    if values and math.isfinite(sum(values)):
+        return min(values), max(values)
+    ok = [v for v in values if math.isfinite(v)]
+    return (min(ok), max(ok)) if ok else None
+
+
+def _last_finite(values: list[float]) -> float | None:
+    """The last value that can be drawn (the legend's), looking back from the end."""
+    return next((v for v in reversed(values) if math.isfinite(v)), None)
+
+
 def summary_line(curves: list[Curve], status: str, ranks: list[int]) -> str:
     """`loss 0.123 (min 0.101 at step 900, 901 points) · status`, for text outputs."""
     bits = []
     for curve in curves:
-        ys = finite(curve.ys)
-        if not ys:
+        extent = _extent(curve.ys)
+        if extent is None:
             continue
-        lo = min(ys)
+        lo = extent[0]
         at = curve.xs[curve.ys.index(lo)]
         where = f"{X_LABELS.get(curve.x_kind, curve.x_kind)} {_fmt(at)}"
         bits.append(
@@ -229,8 +270,14 @@ def view_data(
     ranks: list[int],
     smoothing: float | None = None,
     log_y: bool = False,
+    view_id: str | None = None,
 ) -> dict[str, Any]:
-    """The saved view as JSON (the MIME type's data): what labextension/src/mime.ts draws."""
+    """The saved view as JSON (the MIME type's data): what labextension/src/mime.ts draws (widgets-js/src/saved.js
+    and store.js Store.fromSaved read it). Fields: version; plots (the --plot patterns); ranks (the shown ranks);
+    smoothing (null: automatic) and log_y (the user's choices); status (live_view.LiveView.status() and its text);
+    curves (name, rank, x_kind, x, y with null for a gap, points: how many before thinning); log (append: the last
+    [text, stream, rank] lines, partials, total); view_id: the live widget's view while the cell runs (the renderer
+    draws the widget's data while it is on the page), null once it ended."""
     saved = []
     for c in curves:
         idx = kept(c.ys, SAVED_POINTS)
@@ -253,6 +300,7 @@ def view_data(
         "status": {**status, "text": status_text},
         "curves": saved,
         "log": log,
+        "view_id": view_id,
     }
 
 
@@ -267,8 +315,9 @@ def saved_bundle(
     ranks: list[int],
     smoothing: float | None = None,
     log_y: bool = False,
+    view_id: str | None = None,
 ) -> dict[str, Any]:
-    """The finished cell's output: the view as data for jupyter-hvd's renderer, and HTML and text twins."""
+    """A cell's output, mid-run or finished: the view as data for jupyter-hvd's renderer, and HTML and text twins."""
     summary = summary_line(curves, status_text, ranks)
     images = []
     for title, names in panels(list(dict.fromkeys(c.name for c in curves)), patterns):
@@ -291,7 +340,7 @@ def saved_bundle(
     )
     plain = "\n".join([*([more.rstrip()] if more else []), *log_tail, f"[jupyter-hvd] {summary}"])
     return {
-        MIME: view_data(curves, patterns, status, status_text, log, ranks, smoothing, log_y),
+        MIME: view_data(curves, patterns, status, status_text, log, ranks, smoothing, log_y, view_id),
         "text/html": page,
         "text/plain": plain,
     }

@@ -1,30 +1,31 @@
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
-import { MIME, renderSaved } from '../../widgets-js/src/saved.js';
+import { MIME, OutputView } from '../../widgets-js/src/saved.js';
 
 /**
- * A finished %%hvd cell's view, drawn from the data saved in its output (no kernel, no widget model): the same
- * view as the live widget's (widgets-js/src/view.js), so a reopened notebook shows its plots, zoom, hover and log
- * as they were. Front ends without this renderer show the output's HTML twin (SVG images) instead.
+ * A %%hvd cell's view, drawn from the data in its output: the same view as the live widget's
+ * (widgets-js/src/view.js), so a reopened notebook shows its plots, zoom, hover and log as they were, with no
+ * kernel. While the cell runs, the output is a copy the kernel refreshes, with the live widget beside it in the same
+ * output: this renderer is preferred to the widget's, and draws the live widget's data while its model is on the
+ * page (widgets-js/src/live.js), so a notebook saved mid-run (autosave) reopens with the run up to then and never
+ * with "model not found". Front ends without this renderer show the widget, or the output's HTML twin (SVG images).
  */
 class SavedView extends Widget implements IRenderMime.IRenderer {
-  private _takeDown: (() => void) | null = null;
+  private _view: OutputView;
 
   constructor() {
     super();
     this.addClass('jp-HvdSavedView');
+    this._view = new OutputView(this.node);
   }
 
   async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
-    this._takeDown?.();
-    this.node.replaceChildren();
-    this._takeDown = renderSaved(this.node, model.data[MIME]);
+    this._view.render(model.data[MIME]);
   }
 
   dispose(): void {
-    this._takeDown?.();
-    this._takeDown = null;
+    this._view.destroy();
     super.dispose();
   }
 }
@@ -39,7 +40,9 @@ export const rendererFactory: IRenderMime.IRendererFactory = {
 const extension: IRenderMime.IExtension = {
   id: 'jupyter-hvd:saved-view',
   rendererFactory,
-  rank: 0, // before text/html: the HTML twin is for front ends without this renderer
+  // Before the widget's renderer (-10, @jupyter-widgets/jupyterlab-manager), whose output this view shares while the
+  // cell runs, and before text/html (the HTML twin is for front ends without this renderer).
+  rank: -20,
   dataType: 'json'
 };
 

@@ -29,10 +29,12 @@ export function formatDuration(seconds) {
   return h ? `${h}:${pad(m)}:${pad(s % 60)}` : `${m}:${pad(s % 60)}`;
 }
 
-/** The status line: state, ranks, the bar's description, step, samples/s or steps/s, elapsed, ETA. */
-export function formatStatus(status, elapsed) {
+/** The status line: state, ranks, the bar's description, step, samples/s or steps/s, elapsed, ETA. `saved`: a copy
+ * kept in the notebook, which says when a cell was still running (and has no ETA). */
+export function formatStatus(status, elapsed, saved = false) {
   if (!status) return "";
-  const state = { running: "● running", done: "✓ finished", failed: "✗ stopped" }[status.state] ?? status.state;
+  const running = saved ? "◌ saved while running" : "● running";
+  const state = { running, done: "✓ finished", failed: "✗ stopped" }[status.state] ?? status.state;
   const bits = [state, `${status.ranks} rank${status.ranks === 1 ? "" : "s"}`];
   if (status.desc) bits.push(status.desc);
   if (status.step !== null && status.step !== undefined)
@@ -41,7 +43,7 @@ export function formatStatus(status, elapsed) {
   if (status.samples_per_s) bits.push(`${Math.round(status.samples_per_s).toLocaleString("en-US")} samples/s`);
   else if (status.steps_per_s) bits.push(`${formatRate(status.steps_per_s)} steps/s`);
   bits.push(`${formatDuration(elapsed)} elapsed`);
-  if (status.state === "running" && status.eta !== null && status.eta !== undefined)
+  if (status.state === "running" && !saved && status.eta !== null && status.eta !== undefined)
     bits.push(`ETA ${formatDuration(status.eta)}`);
   if (status.warning) bits.push(`⚠ ${status.warning}`);
   if (status.straggler) bits.push(status.straggler);

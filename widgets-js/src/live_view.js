@@ -3,7 +3,12 @@
 // The kernel sends incremental "update" messages (jupyter_hvd/widgets/live_view.py): new log lines, new curve
 // points (float64 buffers), the status. They are kept per model (a Store), so every view of the widget, even one
 // created later, draws the same data. The user's smoothing and log-scale choices go back to the kernel, which keeps
-// them in the finished view that replaces the widget when the cell ends.
+// them in the saved copies of the view.
+//
+// The cell's output is a copy of the view as data, with this widget beside it in the same output (live.js): where
+// jupyter-hvd's renderer is installed (JupyterLab, Notebook 7) it draws that output from this model's store while the
+// model is on the page; other widget front ends (VS Code) draw the widget itself (render below).
+import { publishLive, withdrawLive } from "./live.js";
 import { Store } from "./store.js";
 import { mountView } from "./view.js";
 
@@ -21,22 +26,9 @@ function storeFor(model) {
   return store;
 }
 
-function initialize({ model }) {
-  const store = storeFor(model);
-  const onMessage = (msg, buffers) => {
-    if (!store.handle(msg, buffers || [])) model.send({ type: "sync" });
-  };
-  model.on("msg:custom", onMessage);
-  // A model restored after the cell ended (page reload) has seen none of the updates: ask for a copy.
-  if (model.get("updates") > 0 && store.seq === 0) model.send({ type: "sync" });
-  return () => {
-    model.off("msg:custom", onMessage);
-    STORES.delete(model.get("view_id"));
-  };
-}
-
-function render({ model, el }) {
-  const view = mountView(el, storeFor(model), {
+/** The view's settings as mountView takes them, read from the model; the user's changes go back to it. */
+function configOf(model) {
+  return {
     plots: model.get("plots"),
     ranks: model.get("ranks") ?? [0],
     smoothing: model.get("smoothing") ?? null,
@@ -46,7 +38,29 @@ function render({ model, el }) {
       model.set("log_y", logY);
       model.save_changes?.();
     },
-  });
+  };
+}
+
+function initialize({ model }) {
+  const id = model.get("view_id");
+  const store = storeFor(model);
+  const onMessage = (msg, buffers) => {
+    if (!store.handle(msg, buffers || [])) model.send({ type: "sync" });
+  };
+  model.on("msg:custom", onMessage);
+  // A model restored after the cell ended (page reload) has seen none of the updates: ask for a copy.
+  if (model.get("updates") > 0 && store.seq === 0) model.send({ type: "sync" });
+  const live = { store, config: () => configOf(model) };
+  publishLive(id, live);
+  return () => {
+    model.off("msg:custom", onMessage);
+    STORES.delete(id);
+    withdrawLive(id, live);
+  };
+}
+
+function render({ model, el }) {
+  const view = mountView(el, storeFor(model), configOf(model));
   return () => view.destroy();
 }
 

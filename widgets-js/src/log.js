@@ -194,6 +194,15 @@ export class LogView {
     this.scroller.append(this.droppedEl, this.linesEl, this.partialsEl);
     this.root.append(this.bar, this.scroller);
     el.appendChild(this.root);
+    // The log follows its end (where the run is) until the user scrolls up, and shows its end again once scrolled
+    // back down; a log drawn before it is on the page (a saved view) shows its end when it gets its size there.
+    this.following = true;
+    this.scroller.addEventListener("scroll", () => {
+      this.following = this.atEnd();
+    });
+    const Observer = doc.defaultView?.ResizeObserver;
+    this.resizeObserver = Observer ? new Observer(() => this.follow()) : null;
+    this.resizeObserver?.observe(this.scroller);
     this.tabs.addEventListener("click", (e) => {
       const tab = e.target.closest?.("[data-tab]")?.dataset.tab;
       if (tab === undefined) return;
@@ -243,10 +252,23 @@ export class LogView {
     );
   }
 
+  /** Whether the log is scrolled to (near) its end. */
+  atEnd() {
+    const el = this.scroller;
+    return el.scrollHeight - el.scrollTop - el.clientHeight < 24;
+  }
+
+  /** Scroll to the end while the log follows it. */
+  follow() {
+    if (this.following) this.scroller.scrollTop = this.scroller.scrollHeight;
+  }
+
+  destroy() {
+    this.resizeObserver?.disconnect();
+  }
+
   update(change) {
     const doc = this.root.ownerDocument;
-    const el = this.scroller;
-    const stick = el.scrollHeight - el.scrollTop - el.clientHeight < 24;
     const lines = this.model.lines;
     const lanes = this.lanes && this.tab === "all";
     const filtered = this.tab !== "all" || this.query;
@@ -282,6 +304,6 @@ export class LogView {
     this.root.style.display = any ? "" : "none";
     // The search is worth its room once the log is longer than a glance, or has several ranks' lanes.
     this.bar.style.display = any && (this.lanes || lines.length > 12 || this.query) ? "" : "none";
-    if (stick) el.scrollTop = el.scrollHeight;
+    this.follow();
   }
 }

@@ -97,6 +97,20 @@ export class AlignedColumns {
   }
 }
 
+/** How many finite raw values of `series` are above 0 and how many at or below it (a log scale cannot show those). */
+export function leftOut(series) {
+  let positive = 0;
+  let nonPositive = 0;
+  for (const s of series) {
+    for (let i = 0; i < s.n; i++) {
+      const v = s.y[i];
+      if (v > 0 && Number.isFinite(v)) positive += 1;
+      else if (Number.isFinite(v)) nonPositive += 1;
+    }
+  }
+  return { positive, nonPositive };
+}
+
 function themeColour(el, name, fallback) {
   const view = el.ownerDocument.defaultView;
   const value = view?.getComputedStyle ? view.getComputedStyle(el).getPropertyValue(name).trim() : "";
@@ -125,6 +139,7 @@ export class PlotPanel {
     this.hidden = new Set(); // keys of curves the user hid from the legend
     this.plot = null;
     this.columns = null;
+    this.logY = false; // the log scale drawn: asked for, and some value above 0
     this.shape = "";
     this.xTicks = [];
     this.root = doc.createElement("div");
@@ -138,7 +153,10 @@ export class PlotPanel {
     this.titleEl.className = "jhvd-plot-title";
     this.legend = doc.createElement("span");
     this.legend.className = "jhvd-legend";
-    head.append(this.titleEl, this.legend);
+    this.note = doc.createElement("span");
+    this.note.className = "jhvd-plot-note";
+    this.note.style.display = "none";
+    head.append(this.titleEl, this.note, this.legend);
     this.chart = doc.createElement("div");
     this.chart.className = "jhvd-chart";
     this.readout = doc.createElement("div");
@@ -163,7 +181,7 @@ export class PlotPanel {
   /** The panel's curves, each with its smoothed values for the current settings. */
   curves() {
     const series = this.store.ofNames(this.names).filter((s) => s.n > 0);
-    for (const s of series) this.store.smoothed(s, smoothingFor(s.n, this.settings.smoothing));
+    for (const s of series) this.store.smoothed(s, smoothingFor(s.n, this.settings.smoothing, s.name));
     return series;
   }
 
@@ -174,14 +192,21 @@ export class PlotPanel {
     this.root.style.display = series.length ? "" : "none";
     if (!series.length) return;
     const weights = series.map((s) => s.smWeight).join(",");
-    const shape = [series.map((s) => s.key).join("\n"), series[0].xKind, this.settings.logY].join("|");
+    const left = this.settings.logY ? leftOut(series) : null;
+    const logY = !!left && left.positive > 0; // a log scale of a panel with no value above 0 would draw nothing
+    if (logY !== this.logY) {
+      this.logY = logY;
+      this.showTitle();
+    }
+    this.showNote(left);
+    const shape = [series.map((s) => s.key).join("\n"), series[0].xKind, this.logY].join("|");
     const same =
       this.columns &&
       this.shape === shape &&
       this.weights === weights &&
       this.columns.series.every((s, k) => s === series[k]); // a reset curve is a new object
     const added = same ? this.columns.append() : -1;
-    if (added < 0) this.columns = new AlignedColumns(series, this.settings.logY);
+    if (added < 0) this.columns = new AlignedColumns(series, this.logY);
     this.weights = weights;
     if (!this.plot || this.shape !== shape) {
       this.plot?.destroy();
@@ -234,10 +259,11 @@ export class PlotPanel {
       height: this.height,
       legend: { show: false }, // the head shows the latest values, the readout the values under the pointer
       cursor: { y: false, drag: { x: true, y: false, setScale: true }, points: { size: 7 } },
-      // A log scale spans the values (uPlot's own snaps to whole decades, a loss from 1 to 0.15 then fills a third).
+      // A log scale spans the raw values (uPlot's own snaps to whole decades, a loss from 1 to 0.15 then fills a
+      // third; and a smoothed curve of a loss that reached 0 tends to 1e-25, which would squash the rest to a line).
       scales: {
         x: { time: false },
-        y: this.settings.logY ? { distr: 3, log: 10, range: (u, min, max) => [min / 1.15, max * 1.15] } : {},
+        y: this.logY ? { distr: 3, log: 10, range: (u) => this.logRange(u) } : {},
       },
       axes: [xAxis, { ...axis, size: 58, values: (u, splits) => splits.map((v) => this.yTick(v)) }],
       series: [
@@ -273,10 +299,42 @@ export class PlotPanel {
     return plot;
   }
 
+  /** The y range of a log scale: the positive raw values of the shown curves in the x range shown, with a margin. */
+  logRange(u) {
+    const x = u.data[0];
+    const lo = u.scales.x.min ?? -Infinity;
+    const hi = u.scales.x.max ?? Infinity;
+    let min = Infinity;
+    let max = -Infinity;
+    this.columns.series.forEach((s, k) => {
+      if (this.hidden.has(s.key)) return;
+      const col = u.data[1 + 2 * k];
+      for (let i = 0; i < x.length; i++) {
+        const v = col[i];
+        if (v > 0 && x[i] >= lo && x[i] <= hi) {
+          if (v < min) min = v;
+          if (v > max) max = v;
+        }
+      }
+    });
+    if (!(min <= max)) return [0.1, 10];
+    return [min / 1.15, max * 1.15];
+  }
+
+  /** Beside the title: what the log scale left out (values at or below 0, which it cannot show). */
+  showNote(left) {
+    const n = left?.nonPositive ?? 0;
+    let text = "";
+    if (left && !left.positive) text = "log scale: no value above 0, drawn linear";
+    else if (n) text = `log scale: ${n.toLocaleString("en-US")} value${n === 1 ? "" : "s"} ≤ 0 left out`;
+    this.note.textContent = text;
+    this.note.style.display = text ? "" : "none";
+  }
+
   /** A y tick's label; on a log scale only 1, 2 and 5 times a power of ten (uPlot's minor ticks come as null). */
   yTick(v) {
     if (v === null || v === undefined) return "";
-    if (this.settings.logY && v > 0) {
+    if (this.logY && v > 0) {
       const mantissa = Math.round((v / 10 ** Math.floor(Math.log10(v) + 1e-9)) * 1000) / 1000;
       if (![1, 2, 5].includes(mantissa)) return "";
     }
@@ -320,7 +378,7 @@ export class PlotPanel {
   }
 
   showTitle() {
-    const scale = this.settings.logY ? " (log scale)" : "";
+    const scale = this.logY ? " (log scale)" : "";
     this.titleEl.textContent = this.title + scale + (this.zoom ? "  (zoomed: double-click to reset)" : "");
   }
 
@@ -329,7 +387,8 @@ export class PlotPanel {
     this.readout.textContent = i === null || i === undefined || u.cursor.left < 0 ? "" : this.readoutText(u.data[0][i]);
   }
 
-  /** `step 120 · loss 0.41 · smoothed 0.44`: for the points nearest to x, the raw value first. */
+  /** `step 120 · loss 0.41 (smoothed 0.44) · acc 0.9`: for the points nearest to x, the raw value first, the
+   * smoothed one in brackets where the curve is smoothed; the same words for one curve as for several. */
   readoutText(x) {
     const parts = [];
     let at = null;
@@ -344,7 +403,6 @@ export class PlotPanel {
     }
     if (at === null) return "";
     const kind = series[0]?.xKind ?? "step";
-    if (parts.length === 1) parts[0] = parts[0].replace(/ \(smoothed (.*)\)$/, " · smoothed $1");
     return [`${X_LABELS[kind] ?? kind} ${formatTick(at)}`, ...parts].join(" · ");
   }
 

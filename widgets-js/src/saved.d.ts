@@ -1,3 +1,8 @@
-// Types of saved.js for the sidebar's TypeScript (labextension/src/mime.ts).
+// Types of saved.js for the labextension's TypeScript (labextension/src/mime.ts).
 export declare const MIME: string;
 export declare function renderSaved(el: HTMLElement, data: unknown): () => void;
+export declare class OutputView {
+  constructor(el: HTMLElement, graceMs?: number);
+  render(data: unknown): void;
+  destroy(): void;
+}

@@ -16,6 +16,7 @@ export class Store {
     this.status = null;
     this.statusAt = 0;
     this.seq = 0;
+    this.saved = false; // a copy saved in the notebook: its time stands still, even where the cell was running
     this.listeners = new Set();
   }
 
@@ -34,6 +35,7 @@ export class Store {
     store.log.apply({ append: lines, partials: [], total: data.log?.total ?? lines.length }, true);
     store.status = data.status ?? null;
     store.statusAt = Date.now();
+    store.saved = true;
     return store;
   }
 
@@ -56,7 +58,7 @@ export class Store {
 
   elapsed() {
     if (!this.status) return 0;
-    const extra = this.status.state === "running" ? (Date.now() - this.statusAt) / 1000 : 0;
+    const extra = this.status.state === "running" && !this.saved ? (Date.now() - this.statusAt) / 1000 : 0;
     return this.status.elapsed + extra;
   }
 }

@@ -9,9 +9,12 @@ import { PlotPanel } from "./plot.js";
 import { panels } from "./series.js";
 import { SMOOTHING, SMOOTH_FROM, smoothingFor } from "./smooth.js";
 
+const AUTO_SMOOTHING = `automatic: ${SMOOTHING} (TensorBoard's weight, debiased) from ${SMOOTH_FROM} points on, off below; learning rates and other schedules, accuracies and other bounded metrics as they are; double-click: automatic again`;
+
 /**
  * Draw `store` into `el`. `config`: plots (the --plot patterns, or ["all"]), ranks (the shown ranks), smoothing (null:
- * automatic, else the weight), logY, onSettings ({smoothing, logY} => void, when the user changes them).
+ * automatic, else the weight), logY, onSettings ({smoothing, logY} => void, when the user changes them), pending (a
+ * saved copy of a running cell whose live widget may still come: it does not say yet that it is a copy).
  * Returns { schedule(logChange), destroy() }: schedule() redraws at the next animation frame.
  */
 export function mountView(el, store, config) {
@@ -53,14 +56,14 @@ export function mountView(el, store, config) {
   const plots = config.plots ?? ["all"];
   const panelsByTitle = new Map();
   const showSettings = () => {
-    const most = Math.max(0, ...[...store.series.series.values()].map((s) => s.n));
     const auto = settings.smoothing === null;
-    const weight = auto ? smoothingFor(most) : settings.smoothing;
+    // Automatic: the weight the curves that are smoothed get (none: off).
+    const weight = auto
+      ? Math.max(0, ...[...store.series.series.values()].map((s) => smoothingFor(s.n, null, s.name)))
+      : settings.smoothing;
     slider.value = String(weight);
     smoothValue.textContent = weight > 0 ? weight.toFixed(2) : "off";
-    smoothLabel.title = auto
-      ? `automatic: ${SMOOTHING} (TensorBoard's weight, debiased) from ${SMOOTH_FROM} points on, off below; double-click: automatic again`
-      : "the weight of the moving average (TensorBoard's, debiased); 0 is off";
+    smoothLabel.title = auto ? AUTO_SMOOTHING : "the weight of the moving average (TensorBoard's, debiased); 0 is off";
     smoothLabel.dataset.auto = String(auto);
     logButton.setAttribute("aria-pressed", String(settings.logY));
     root.dataset.smoothing = String(weight);
@@ -88,8 +91,10 @@ export function mountView(el, store, config) {
   let logChanges = [];
   const paint = () => {
     frame = null;
-    statusEl.textContent = formatStatus(store.status, store.elapsed());
+    statusEl.textContent = formatStatus(store.status, store.elapsed(), store.saved && !config.pending);
     root.dataset.state = store.status?.state ?? "running";
+    root.dataset.saved = String(store.saved);
+    statusEl.dataset.elapsed = String(store.status?.elapsed ?? ""); // the cell's time when the kernel said it (tests)
     const wanted = panels(store.series.names(), plots);
     for (const [title, names] of wanted) {
       let panel = panelsByTitle.get(title);
@@ -120,7 +125,7 @@ export function mountView(el, store, config) {
   };
   store.listeners.add(schedule);
   const tick = setInterval(() => {
-    if (store.status?.state === "running") statusEl.textContent = formatStatus(store.status, store.elapsed());
+    if (store.status?.state === "running" && !store.saved) statusEl.textContent = formatStatus(store.status, store.elapsed());
   }, 1000);
   logChanges.push({ reset: true });
   paint();
@@ -129,7 +134,9 @@ export function mountView(el, store, config) {
     destroy() {
       store.listeners.delete(schedule);
       clearInterval(tick);
+      log.destroy();
       for (const p of panelsByTitle.values()) p.destroy();
+      root.remove();
     },
   };
 }

@@ -119,3 +119,63 @@ describe("LogView with several ranks", () => {
     expect(el.querySelector(".jhvd-found").textContent).toBe("2 lines");
   });
 });
+
+describe("LogView's end", () => {
+  // happy-dom lays nothing out: the log's box gets sizes from the test, and its ResizeObserver is called by it.
+  function sized(el) {
+    const observers = [];
+    el.ownerDocument.defaultView.ResizeObserver = class {
+      constructor(callback) {
+        observers.push(callback);
+      }
+      observe() {}
+      disconnect() {}
+    };
+    const log = new LogModel(1000);
+    const view = new LogView(el, log);
+    const box = { attached: false, lineHeight: 18, height: 320 };
+    const scroller = el.querySelector(".jhvd-log");
+    let top = 0;
+    Object.defineProperties(scroller, {
+      scrollHeight: { get: () => (box.attached ? log.lines.length * box.lineHeight : 0) },
+      clientHeight: { get: () => (box.attached ? box.height : 0) },
+      scrollTop: {
+        get: () => top,
+        set: (v) => {
+          top = Math.max(0, Math.min(v, scroller.scrollHeight - scroller.clientHeight));
+        },
+      },
+    });
+    const lines = (n, from = 0) => view.update(log.apply(delta(Array.from({ length: n }, (_, i) => `line ${from + i}`))));
+    const atEnd = () => scroller.scrollTop + scroller.clientHeight >= scroller.scrollHeight - 1;
+    const resized = () => observers.forEach((callback) => callback([]));
+    return { box, scroller, lines, atEnd, resized, userScrolls: (v) => {
+      scroller.scrollTop = v;
+      scroller.dispatchEvent(new Event("scroll"));
+    } };
+  }
+
+  it("follows the last line as lines come, until the user scrolls up, and again once back at the end", () => {
+    const el = document.createElement("div");
+    document.body.appendChild(el);
+    const { box, lines, atEnd, userScrolls } = sized(el);
+    box.attached = true;
+    lines(100);
+    expect(atEnd()).toBe(true);
+    userScrolls(200); // reading earlier lines: new ones do not move the log
+    lines(10, 100);
+    expect(atEnd()).toBe(false);
+    userScrolls(10000); // back at the end: it follows again
+    lines(10, 110);
+    expect(atEnd()).toBe(true);
+  });
+
+  it("shows its last line when drawn before it is on the page (a saved view, a finished cell)", () => {
+    const el = document.createElement("div"); // not in the document yet: no size
+    const { box, lines, atEnd, resized } = sized(el);
+    lines(200);
+    box.attached = true; // JupyterLab puts the output on the page, the box gets its size
+    resized();
+    expect(atEnd()).toBe(true);
+  });
+});

@@ -52,6 +52,12 @@ describe("SeriesStore", () => {
     ]);
   });
 
+  it("does not smooth schedules (the learning rate) or bounded metrics (accuracy) unless the user asks", () => {
+    const names = ["lr", "learning_rate", "momentum", "acc", "val_accuracy", "top5", "f1", "loss", "val_loss", "grad_norm"];
+    expect(names.map((n) => smoothingFor(100, null, n))).toEqual([0, 0, 0, 0, 0, 0, 0, SMOOTHING, SMOOTHING, SMOOTHING]);
+    expect(names.map((n) => smoothingFor(100, 0.8, n))).toEqual(names.map(() => 0.8)); // asked for: smoothed
+  });
+
   it("matches metrics to plots and families like the kernel does", () => {
     expect(plotMatches("loss", "val_loss")).toBe(true);
     expect(plotMatches("acc", "test_accuracy")).toBe(true);
@@ -204,6 +210,37 @@ describe("PlotPanel", () => {
     expect(p.plot.series[1]._paths.gaps.length).toBe(2); // uPlot clips the line there
   });
 
+  it("on a log scale draws a loss that reached 0 over the range of its values, and says what it left out", async () => {
+    // DDP printed loss=0.00000: the zeros cannot be drawn, and the smoothed curve of the zeros tends to 1e-25; the
+    // y range must still be the values' (0.2 to 1), the axes drawn, the hover working.
+    const { store, p } = panel(["loss"], { logY: true });
+    const ys = steps(400).map((i) => Math.max(0, 1 - i / 300));
+    put(store, "loss", 0, steps(400), ys);
+    p.draw();
+    await settled();
+    const { min, max } = p.plot.scales.y;
+    expect(min).toBeGreaterThan(0.002);
+    expect(max).toBeLessThan(1.2);
+    const labels = p.plot.axes[1]._values.filter(Boolean).map(Number); // the y axis is drawn, over the values
+    expect(labels).toContain(1);
+    expect(labels.length).toBeGreaterThanOrEqual(3);
+    expect(labels.every((v) => v >= min && v <= max)).toBe(true);
+    expect(p.titleEl.textContent).toBe("loss (log scale)");
+    expect(p.note.textContent).toBe("log scale: 100 values ≤ 0 left out");
+    p.plot.setCursor({ left: p.plot.valToPos(350, "x"), top: 10 });
+    expect(p.readout.textContent).toMatch(/^step 350 · loss 0 \(smoothed /);
+  });
+
+  it("on a log scale says a panel has no value above 0, and draws it as it is", async () => {
+    const { store, p } = panel(["loss"], { logY: true });
+    put(store, "loss", 0, steps(3), [0, -1, -2]);
+    p.draw();
+    await settled();
+    expect(p.plot.scales.y.distr).toBe(1);
+    expect(p.titleEl.textContent).toBe("loss");
+    expect(p.note.textContent).toBe("log scale: no value above 0, drawn linear");
+  });
+
   it("draws on a log scale when asked, leaving out what it cannot show", async () => {
     const { store, p } = panel(["loss"], { logY: true });
     put(store, "loss", 0, steps(4), [10, 1, 0, 0.01]);
@@ -255,7 +292,7 @@ describe("PlotPanel", () => {
     expect(p.readout.textContent).toBe(`step 20 · loss 2 (smoothed ${sm}) · val_loss 2.5`);
     p.toggle("val_loss@0"); // hidden from the legend: left out of the readout too
     p.plot.setCursor({ left: p.plot.valToPos(19.8, "x"), top: 10 });
-    expect(p.readout.textContent).toBe(`step 20 · loss 2 · smoothed ${sm}`);
+    expect(p.readout.textContent).toBe(`step 20 · loss 2 (smoothed ${sm})`); // one curve: the same words
     expect(p.legend.querySelector('[data-key="val_loss@0"]').getAttribute("aria-pressed")).toBe("false");
     p.plot.setCursor({ left: -10, top: -10 });
     expect(p.readout.textContent).toBe("");

@@ -180,3 +180,69 @@ describe("the finished view", () => {
     expect([...el.querySelectorAll(".jhvd-tab")].map((t) => t.textContent)).toEqual(["all ranks", "rank 0", "rank 1"]);
   });
 });
+
+describe("a cell's output (OutputView): the copy the kernel refreshes, drawn from the live widget while it is here", () => {
+  const copy = (state, viewId, points, elapsed = 7) => ({
+    version: 1,
+    plots: ["all"],
+    ranks: [0],
+    smoothing: null,
+    log_y: false,
+    view_id: viewId,
+    status: { state, ranks: 2, step: points - 1, elapsed, text: "" },
+    curves: [{ name: "loss", rank: 0, x_kind: "step", x: [...Array(points).keys()], y: [...Array(points).keys()].map((i) => 1 / (i + 1)), points }],
+    log: { append: [...Array(points).keys()].map((i) => [`step ${i}`, "stdout", 0]), partials: [], total: points },
+  });
+  const look = (el) => ({
+    points: el.querySelector(".jhvd-plot")?.dataset.points,
+    status: el.querySelector(".jhvd-status")?.textContent,
+    lines: el.querySelectorAll(".jhvd-log-lines .jhvd-line").length,
+  });
+
+  it("draws a notebook saved mid-run as a copy saved while running, once no widget came", async () => {
+    const { OutputView } = await import("../src/saved.js");
+    const el = document.createElement("div");
+    document.body.appendChild(el);
+    const view = new OutputView(el, 500);
+    view.render(copy("running", "gone", 5)); // drawn at once; its widget may still come (a cell just started)
+    expect(look(el)).toEqual({ points: "5", status: "● running · 2 ranks · step 4 · 0:07 elapsed", lines: 5 });
+    await new Promise((r) => setTimeout(r, 700)); // no widget of this view came
+    await frame();
+    expect(look(el)).toEqual({ points: "5", status: "◌ saved while running · 2 ranks · step 4 · 0:07 elapsed", lines: 5 });
+    await new Promise((r) => setTimeout(r, 1100));
+    expect(look(el).status).toContain("0:07 elapsed"); // a copy's time stands still
+    view.destroy();
+  });
+
+  it("draws the live widget's data while the widget is on the page, and keeps it when the cell ends", async () => {
+    const { OutputView } = await import("../src/saved.js");
+    const model = fakeModel({ view_id: "live-1", plots: ["all"], ranks: [0], log_lines: 100, updates: 0 });
+    const el = document.createElement("div");
+    document.body.appendChild(el);
+    const view = new OutputView(el, 60);
+    view.render(copy("running", "live-1", 2, 0)); // the output comes before the widget's model is ready
+    await frame();
+    expect(look(el).points).toBe("2");
+    const takeDown = widget.initialize({ model });
+    const update = (seq, start, n, state = "running") => ({
+      type: "update", seq, full: false, log: { append: [[`step ${start}`, "stdout", 0]], partials: [], total: seq },
+      status: { state, ranks: 2, step: start + n - 1, elapsed: seq },
+      curves: [{ key: "loss@0", name: "loss", rank: 0, x_kind: "step", start, reset: false, n }],
+    });
+    const xs = (start, n) => f64([...Array(n).keys()].map((i) => start + i));
+    model.emit("msg:custom", update(1, 0, 30), [xs(0, 30), xs(0, 30)]);
+    await frame();
+    expect(look(el).points).toBe("30"); // the live data, not the copy's 2 points
+    const root = el.querySelector(".jhvd-live");
+    view.render(copy("running", "live-1", 25)); // a newer copy: the live view stays as it is
+    model.emit("msg:custom", update(2, 30, 10, "done"), [xs(30, 10), xs(30, 10)]);
+    await frame();
+    expect(el.querySelector(".jhvd-live")).toBe(root);
+    expect(look(el)).toEqual({ points: "40", status: "✓ finished · 2 ranks · step 39 · 0:02 elapsed", lines: 2 });
+    takeDown(); // the widget is closed when the cell ends; then the final copy comes
+    view.render({ ...copy("done", null, 40), view_id: null });
+    await frame();
+    expect(el.querySelector(".jhvd-live")).toBe(root); // the whole run stays drawn, where the user left it
+    view.destroy();
+  });
+});
