@@ -194,7 +194,7 @@ class RestoreApply:
 
 @dataclass(frozen=True)
 class TimelineStart:
-    """Record Horovod's timeline into `path` (engine/diagnose/timeline.py)."""
+    """Record Horovod's timeline into `path` (engine/horovod/timeline.py)."""
 
     path: str
 

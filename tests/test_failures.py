@@ -19,6 +19,7 @@ from jupyter_hvd.kernel import failures
 from jupyter_hvd.kernel.cell.run import CellOptions, CellRun
 from jupyter_hvd.kernel.errors import CellFailed
 from jupyter_hvd.kernel.failures import Done, Wait
+from jupyter_hvd.kernel.launch.backends import Backends
 from jupyter_hvd.kernel.ranks import Rank
 from jupyter_hvd.widgets import QuietView
 
@@ -171,7 +172,7 @@ class FakePool:
         self.keeper = SimpleNamespace(snapshots=SimpleNamespace(news=[]))
         self.lock = threading.RLock()
         self.stopped = False
-        self.torch_distributed = False
+        self.backends = Backends()
         self.newest_problem_shown = None
         self.cells_run = 0
         self.last_failed: list[int] = []
@@ -180,7 +181,7 @@ class FakePool:
         self.dead: list[int] = []
         self._on_interrupt = on_interrupt
 
-    def set_state(self, pool_state: str, cell: str | None = None, publish: bool = True) -> None:
+    def set_state(self, pool_state: str, cell: str | None = None, publish: bool = True, own: bool = False) -> None:
         self.state = pool_state
 
     def update_rank_stats(self, stats: dict[int, dict[str, Any]], publish: bool = True) -> None:

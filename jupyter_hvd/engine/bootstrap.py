@@ -29,13 +29,11 @@ def start(
     Returns this rank's row of the pool table.
     """
     os.environ.update(env)
-    from .. import compat
     from ..prelude import prelude
-    from . import collectives
-    from .cell import pace, progress
+    from . import backend
+    from .cell import progress
     from .diagnose import debugger
-    from .distributed import hooks
-    from .horovod import guards, rest
+    from .horovod import guards
 
     try:
         import horovod.torch  # noqa: F401
@@ -53,29 +51,19 @@ def start(
             return PoolStore(torch_store, timeout)
 
     names = prelude(device, torch_distributed or not has_horovod, store)
-    hvd, torch, dev, dist = names["hvd"], names["torch"], names["device"], names["dist"]
-    if hvd is not None:
-        _first_collectives(hvd, torch, dev)
-        guards.install()  # hvd.init() pasted into a cell, or a cell that wraps an optimizer run twice, is harmless
-        collectives.install()  # which collective a rank waits in, for the kernel's mismatch check
-        pace.install()  # compute and wait per training step, for the kernel's straggler check (after collectives)
-        rest.wake_on_first_use()  # a resting Horovod starts again when a cell uses it (outermost: before the rest)
-        rest.prepare()
-    if dist is not None:
-        hooks.install()  # the same for torch.distributed's collectives and DDP
+    torch, dev = names["torch"], names["device"]
+    backend.choose(_backends(names["hvd"], names["dist"]))
+    for chosen in backend.chosen():
+        chosen.install(dev)
     guards.script_argv()  # argparse in a pasted script sees a script's argv, not the engine's
     debugger.install()  # breakpoint() in a cell opens pdb for the notebook
     progress.install()  # tqdm's bars feed the live view (and tqdm.auto draws text bars)
-    if dev.type == "cuda":
+    cuda = dev.type == "cuda"
+    if cuda:
         dev_name = f"cuda:{dev.index} {torch.cuda.get_device_name(dev)}"
-        tensor_ops = "NCCL" if hvd is not None and hvd.nccl_built() else "MPI"
     else:
         threads = torch.get_num_threads()
         dev_name = f"cpu ({threads} thread{'s' if threads > 1 else ''})"
-        tensor_ops = "Gloo" if os.environ.get("HOROVOD_CPU_OPERATIONS", "").lower() == "gloo" else "MPI"
-    ops = [tensor_ops] if hvd is not None else []
-    if dist is not None:
-        ops.append(f"torch/{hooks.backend()}")
 
     from IPython import get_ipython
 
@@ -91,30 +79,31 @@ def start(
         "rank": names["rank"],
         "size": names["size"],
         "local_rank": names["local_rank"],
-        "cross_rank": hvd.cross_rank() if hvd is not None else 0,
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "device": dev_name,
-        "controller": ("MPI" if hvd.mpi_enabled() else "Gloo") if hvd is not None else "torch",
-        "tensor_ops": " + ".join(ops),
+        "tensor_ops": backend.ops(cuda),
         # A plain str: torch's own version type would make the kernel import torch to unpickle this row (2 s).
         "torch": str(torch.__version__),
-        "cuda": bool(dev.type == "cuda"),
-        "horovod": hvd is not None,
-        "warning": compat.check_horovod() if hvd is not None else "",
+        "cuda": cuda,
+        **backend.row(),
     }
-    if hvd is not None:
-        # Last: Horovod rests where no rank uses it (also during a cell), and a slow start must not rest it before
-        # the row above is read from it.
-        rest.watch(rest.rest_after(dev.type == "cuda"))
+    backend.ready(cuda)
     return row
 
 
-def _first_collectives(hvd: Any, torch: Any, device: Any) -> None:
-    """Horovod's first allreduces (its first negotiation, the fusion buffer, MPI's or NCCL's first connection), now,
-    on every rank at once, instead of in the first training cell."""
-    for n in (1, 1 << 18):  # one element, and 1 MB through the fusion buffer
-        hvd.allreduce(torch.zeros(n, device=device), name=f"jupyter_hvd.warm-up.{n}")
+def _backends(hvd: Any, dist: Any) -> list[Any]:
+    """The pool's backends from what prelude() started: Horovod first, where present."""
+    chosen: list[Any] = []
+    if hvd is not None:
+        from .horovod.backend import Horovod
+
+        chosen.append(Horovod(hvd))
+    if dist is not None:
+        from .distributed.backend import TorchDistributed
+
+        chosen.append(TorchDistributed(dist))
+    return chosen
 
 
 def _warm_up(torch: Any, device: Any) -> None:

@@ -16,6 +16,7 @@ Imported on the engines only.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -51,10 +52,9 @@ from ..wire import (
     Waiting,
     Where,
 )
-from . import collectives, outbox
+from . import backend, collectives, outbox, tasks
 from .cell import runner
 from .diagnose import debugger, where
-from .horovod import rest
 from .keep import snapshot
 
 # Output after a quiet spell leaves at once (leading edge); under load one message per stream per FLUSH_S at most:
@@ -200,7 +200,7 @@ class Channel:
         elif isinstance(message, Join):
             self._join(message.cell)
         elif isinstance(message, Rest):
-            result = self._interruptible_run(None, rest.rest)
+            result = self._interruptible_run(None, backend.rest)
             error = result.get("error")
             if error:
                 self.problem(f"Horovod's idle rest failed: {error['ename']}: {error['evalue']}")
@@ -242,7 +242,7 @@ class Channel:
             out,
             err,
             request.every_value,
-            request.task,
+            functools.partial(tasks.perform, request.task) if request.task is not None else None,
         )
         if not isinstance(record, CellRecord):  # an interrupt that landed outside the cell's own handling
             record = CellRecord(rank=self.rank, ok=False, error=record.get("error"))
@@ -257,7 +257,7 @@ class Channel:
         self.cell = None
 
     def _join(self, cell: int) -> None:
-        result = self._interruptible_run(None, runner.leave_collectives)
+        result = self._interruptible_run(None, backend.leave_collectives)
         self.send(Joined(self.rank, cell, bool(result.get("ok")), result.get("in_flight", 0), result.get("error")))
 
     # ---- events --------------------------------------------------------------------------------------------

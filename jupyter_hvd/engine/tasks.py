@@ -23,7 +23,7 @@ def perform(task: wire.Task, *buffers: Any) -> Any:
 
         return restore.apply(task.names)
     if isinstance(task, (wire.TimelineStart, wire.TimelineStop, wire.TimelineRead)):
-        from .diagnose import timeline
+        from .horovod import timeline
 
         if isinstance(task, wire.TimelineStart):
             return timeline.start(task.path)

@@ -230,8 +230,8 @@ class HvdMagics(Magics):
             where_full=args.where_full,
         )
         if args.timeline is not None:
-            if not pool.horovod:
-                raise UsageError("--timeline records Horovod's timeline, and this pool has no Horovod: use --profile.")
+            if pool.backends.timeline_missing():
+                raise UsageError(pool.backends.timeline_missing())
             return hvd_timeline.record(pool, args.timeline, lambda: owner.run_cell(pool, source, options))
         if args.profile is not None:
             return hvd_profile.record(pool, args.profile, lambda: owner.run_cell(pool, source, options))
@@ -512,13 +512,13 @@ class HvdMagics(Magics):
             args.sbatch,
             pool.pushed_dir,
             notebook,
-            pool.torch_distributed,
+            pool.backends.torch_distributed,
         )
         entries = len(pool.keeper.journal) + sum(not c.setup for c in pool.keeper.cells)
         print(
             f"Wrote {written[0]} ({entries} entries). Run it with: {export.launch_line(pool.options, str(written[0]))}"
         )
-        if pool.torch_distributed:
+        if pool.backends.torch_distributed:
             print(f"  or, if its cells do not use Horovod: {export.torchrun_line(pool.options, str(written[0]))}")
         for path in written[1:]:
             if path.suffix == ".sbatch":

@@ -122,17 +122,12 @@ def _number(name: str, value: Any) -> Any:
 def _average(values: dict[str, Any]) -> dict[str, Any]:
     import torch
 
+    from .. import backend
+
     names = sorted(values)
     local = torch.tensor([float(values[n]) for n in names], dtype=torch.float64)
-    try:
-        import horovod.torch as hvd
-    except ImportError:  # a torch.distributed pool
-        import torch.distributed as dist
-
-        dist.all_reduce(local)
-        return dict(zip(names, (local / dist.get_world_size()).tolist(), strict=True))
     # Named by its metrics, so it cannot be confused with the user's own unnamed collectives.
-    averaged = hvd.allreduce(local, op=hvd.Average, name="jupyter_hvd.report." + ",".join(names))
+    averaged = backend.average(local, "jupyter_hvd.report." + ",".join(names))
     return dict(zip(names, averaged.tolist(), strict=True))
 
 

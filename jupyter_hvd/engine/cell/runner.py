@@ -15,13 +15,12 @@ import sys
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-from ... import compat
-from ...wire import CellRecord, CellTask, ErrorInfo
-from .. import collectives
+from ...wire import CellRecord, ErrorInfo
+from .. import backend, collectives
 from ..diagnose import debugger
-from ..horovod import rest
 
 TAIL_LINES = 20  # kept per rank for error context and the pool status, even when output is not shown
 VALUE_BYTES = 4 * 2**20  # a cell's last value above this (pickled) is shown by its repr; the channel takes 8 MB
@@ -129,7 +128,7 @@ def run_cell(
     stdout: Any,
     stderr: Any,
     every_value: bool = False,
-    task: CellTask | None = None,
+    task: Callable[[], Any] | None = None,
 ) -> CellRecord:
     """Execute `src` in the engine's user namespace (or do `task`, whose result is then the value) and return a small
     record of how it ended.
@@ -154,11 +153,9 @@ def run_cell(
     record = CellRecord(rank=rank, ok=True)
     collectives.begin_cell()
     try:
-        record.woke = rest.begin_cell()  # Horovod starts again at the cell's first use of it, unless asked now
+        record.woke = backend.begin_cell()  # Horovod starts again at the cell's first use of it, unless asked now
         if task is not None:
-            from .. import tasks
-
-            value = tasks.perform(task)
+            value = task()
         else:
             body, last = _split_last_expression(src, filename)
             exec(body, ns)
@@ -202,67 +199,3 @@ def describe_exception(exc: BaseException) -> ErrorInfo:
     return ErrorInfo(
         ename=type(exc).__name__, evalue=_capped(str(exc)), traceback=_capped("".join(lines)), where=_capped(where, 400)
     )
-
-
-def leave_collectives() -> dict[str, Any]:
-    """Join Horovod's collectives so peers still waiting in one are released, then wait for every rank.
-
-    Called by the kernel on each rank after a failed or interrupted cell: a joined rank contributes
-    nothing to pending allreduces, so ranks blocked in one return to Python, where their pending
-    KeyboardInterrupt ends their cell. `hvd.join()` returns when all ranks have joined.
-
-    Horovod names unnamed ops by a per-process handle counter ("allreduce.noname.<n>"); ranks that ran
-    different numbers of ops before the failure would never agree on a name again, so every rank resets
-    the counter once all have joined. An op still in flight then (e.g. a gradient allreduce of a backward()
-    without step()) would clash with the next cell's op of the same name: `in_flight` tells the kernel,
-    which restarts the pool instead.
-    """
-    t0 = time.perf_counter()
-    try:
-        import horovod.torch as hvd
-    except ImportError:  # a torch.distributed pool: there is nothing to join (the kernel restarts stuck ranks)
-        return {"ok": True, "last_joined": -1, "in_flight": 0, "seconds": 0.0}
-    try:
-        # Ops this rank submitted just before its cell ended (gradient hooks of a backward()) complete within a
-        # few of Horovod's cycles when the peers submitted them too. Joining first raced with them when their names
-        # were not in Horovod's response cache yet: they stayed in flight for good (2 of 8 tries) and forced a restart.
-        _settle(hvd, 0.3)
-        last = hvd.join()
-        in_flight = _settle(hvd, 1.0)
-        compat.reset_handles()
-        collectives.forget()
-        if not in_flight:
-            _forget_pending_gradients()
-    except BaseException as exc:
-        return {"ok": False, "error": describe_exception(exc), "seconds": time.perf_counter() - t0}
-    return {"ok": True, "last_joined": int(last), "in_flight": in_flight, "seconds": time.perf_counter() - t0}
-
-
-def _settle(hvd: Any, seconds: float) -> int:
-    """Wait up to `seconds` for this rank's Horovod ops in flight to complete; how many are still in flight."""
-    deadline = time.monotonic() + seconds
-    while True:
-        in_flight = sum(1 for handle in list(compat.handles_in_flight()) if not _done(hvd, handle))
-        if not in_flight or time.monotonic() > deadline:
-            return in_flight
-        time.sleep(0.002)
-
-
-def _done(hvd: Any, handle: int) -> bool:
-    """Whether a Horovod op has completed; a handle already cleared in C++ (an interrupted synchronize() that
-    never popped it from the Python map) counts as done."""
-    try:
-        return bool(hvd.poll(handle))
-    except ValueError:
-        return True
-
-
-def _forget_pending_gradients() -> None:
-    """Reset DistributedOptimizers left between backward() and step() by the failed cell (their allreduces were
-    completed by the join, without the failed ranks): the next backward() would otherwise meet "gradients computed
-    more than backward_passes_per_step"."""
-    from IPython import get_ipython
-
-    for obj in list(get_ipython().user_ns.values()):
-        if compat.is_distributed(obj) and compat.gradients_in_flight(obj):
-            compat.forget_gradients_in_flight(obj)

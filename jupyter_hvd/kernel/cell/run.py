@@ -460,7 +460,7 @@ class CellRun:
             self.pool.signal_interrupt([r.rank for r in deaf])
             for r in deaf:
                 r.signal_sent = True
-        if self.pool.torch_distributed:
+        if self.pool.backends.may_strand():
             signaled = {
                 r.rank: (r.signaled_at, r.waiting)
                 for r in self.runs.values()

@@ -1,6 +1,6 @@
 """`%%hvd --timeline`: record Horovod's timeline for one cell and show where the time went, under the cell.
 
-Runs in the user's kernel. The engines record (jupyter_hvd.engine.diagnose.timeline); this module reads rank 0's
+Runs in the user's kernel. The engines record (jupyter_hvd.engine.horovod.timeline); this module reads rank 0's
 Chrome-trace file and prints a compact summary: time per phase (negotiation, allreduce, memcpy...) and per tensor.
 """
 

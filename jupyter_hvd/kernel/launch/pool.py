@@ -26,6 +26,7 @@ from ... import state, wire
 from ..channel import CellChannel, ChannelError
 from ..errors import PoolError, group_errors
 from ..ranks import Rank, format_ranks, rank_table
+from .backends import Backends
 from .launcher import Launcher, visible_gpus
 from .options import HvdPool
 from .pool_file import PoolFile
@@ -86,8 +87,7 @@ class Pool:
         self.keeper.snapshots.kept = options.snapshots_kept
         self.keeper.snapshots.tags_kept = options.tags_kept
         self.engines_started = 0  # sets of engines started so far (a restart while bringing back makes one more)
-        self.horovod = True  # the engines have Horovod (else torch.distributed only)
-        self.torch_distributed = options.torch_distributed  # the engines have a torch.distributed process group
+        self.backends = Backends(torch_distributed=options.torch_distributed)  # what the ranks run, once they report
         self._rendezvous: Rendezvous | None = None  # the store this kernel serves to a process group across hosts
         self.coming_back = ""  # what the restart brings back at the moment ("replaying setup entry 2 of 3")
         self.last_failed: list[int] = []  # the ranks that raised in the last failed cell (%hvd_debug's default)
@@ -225,9 +225,8 @@ class Pool:
                 f"hvd.init() did not finish within {self.options.timeout:g} s on every engine.",
                 "Raise --timeout; on several hosts, check that they can reach each other.",
             ) from None
-        self.horovod = all(r.get("horovod", True) for r in rows)
-        self.torch_distributed = self.options.torch_distributed or not self.horovod
-        if self.torch_distributed and self.engines_started == 1:
+        self.backends = Backends.of(rows, self.options.torch_distributed)
+        if self.backends.torch_distributed and self.engines_started == 1:
             self._say_loopback(env)
         self.ranks = sorted(
             (
@@ -331,18 +330,7 @@ class Pool:
                 raise
 
     def initialised(self) -> str:
-        """What the engines have: 'Horovod initialised', 'Horovod and torch.distributed (Gloo) initialised', or
-        torch.distributed alone where Horovod is not installed."""
-        ops = self.ranks[0].tensor_ops if self.ranks else ""
-        torch_backend = ops.rpartition("torch/")[2] if "torch/" in ops else ""
-        if not self.horovod:
-            return (
-                f"torch.distributed ({torch_backend}) initialised. Horovod is not installed here, so `hvd` is not "
-                "defined: cells use `dist` (torch.distributed)"
-            )
-        if self.torch_distributed:
-            return f"Horovod and torch.distributed ({torch_backend}) initialised"
-        return "Horovod initialised"
+        return self.backends.initialised()
 
     def interrupted_restart(self) -> str:
         """What state a restart left the pool in when the user interrupted it, and what to type."""
@@ -475,7 +463,7 @@ class Pool:
         after: float | None = self.options.rest_after
         if after is None:
             after = REST_AFTER_GPU_S if any(r.device.startswith("cuda") for r in self.ranks) else REST_AFTER_CPU_S
-        if not self.horovod or self.resting or not after or self.channel is None or self.state != "idle":
+        if not self.backends.can_rest() or self.resting or not after or self.channel is None or self.state != "idle":
             return self.resting
         if not self.can_rest():
             return self.resting

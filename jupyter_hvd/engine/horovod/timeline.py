@@ -24,7 +24,7 @@ def start(path: str, mark_cycles: bool = False) -> None:
     global _switched_on
     import horovod.torch as hvd
 
-    from ..horovod import rest
+    from . import rest
 
     if not os.environ.get(TIMELINE):
         rest.set_horovod_env({TIMELINE: "DYNAMIC"})
@@ -70,7 +70,7 @@ def stop(path: str, wait_s: float = 10.0) -> dict[str, Any]:
 def stop_switch() -> None:
     """Remove HOROVOD_TIMELINE if a timeline cell set it: the next cell starts Horovod without it (rest.wake())."""
     global _switched_on
-    from ..horovod import rest
+    from . import rest
 
     if _switched_on:
         rest.set_horovod_env({TIMELINE: None})
