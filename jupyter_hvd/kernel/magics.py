@@ -1,4 +1,5 @@
-"""The notebook's verbs: %hvd_start, %%hvd, %hvd_push, %hvd_pull, %hvd_status, %hvd_restart, %hvd_stop."""
+"""The notebook's verbs: %hvd_start, %%hvd, %hvd_push, %hvd_pull, %hvd_status, %hvd_restart, %hvd_keep, %hvd_where,
+%hvd_debug, %hvd_snapshots, %hvd_rewind, %hvd_setup, %hvd_export, %hvd_stop."""
 
 from __future__ import annotations
 
