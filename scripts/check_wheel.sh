@@ -21,7 +21,8 @@ grep -q "share/jupyter/labextensions/jupyter-hvd/package.json" "$WORK/wheel-file
 grep -q "etc/jupyter/jupyter_server_config.d/jupyter_hvd.json" "$WORK/wheel-files.txt"
 grep -q "jupyter_hvd/widgets/static/live_view.js" "$WORK/wheel-files.txt"
 grep -q "jupyter_hvd/widgets/static/live_view.css" "$WORK/wheel-files.txt"
-echo "   $WHEEL holds the labextension, the live view's bundle and the server config"
+if grep -q "jupyter_hvd/testing/" "$WORK/wheel-files.txt"; then echo "the wheel ships the test harness" >&2; exit 1; fi
+echo "   $WHEEL holds the labextension, the live view's bundle and the server config, not the test harness"
 
 echo "== install it where node is hidden"
 SHIMS="$WORK/no-node"
