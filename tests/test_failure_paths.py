@@ -5,6 +5,7 @@ whether Horovod may rest never block each other.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from conftest import Kernel, wait_until_gone
 
@@ -67,17 +68,22 @@ def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_repl
     assert wait_until_gone(f"hvd-{k.pid}-") == []
 
 
-def test_what_a_users_thread_prints_between_cells_is_shown_under_the_next_cell():
+def test_what_a_users_thread_prints_between_cells_is_shown_under_the_next_cell(tmp_path: Path) -> None:
     k = Kernel()
     try:
         r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
         assert r.status == "ok", r.error_text
+        done = tmp_path / "ticked"
         cell = (
-            "%%hvd\nimport threading, time\ndef ticks():\n    for i in range(5):\n        time.sleep(0.2)\n"
-            "        print('tick', rank, i, flush=True)\nthreading.Thread(target=ticks).start()"
+            "%%hvd\nimport threading, time, pathlib\ndef ticks():\n    for i in range(5):\n        time.sleep(0.2)\n"
+            "        print('tick', rank, i, flush=True)\n"
+            f"    pathlib.Path('{done}-' + str(rank)).touch()\nthreading.Thread(target=ticks).start()"
         )
         assert k.run(cell).status == "ok"
-        time.sleep(2)
+        deadline = time.monotonic() + 60  # the threads print after the cell has ended; a loaded machine is slow
+        while not all(Path(f"{done}-{rank}").exists() for rank in (0, 1)):
+            assert time.monotonic() < deadline, "the ranks' threads did not finish printing within 60 s"
+            time.sleep(0.05)
         r = k.run("%%hvd\nprint('next')")
         assert r.status == "ok", r.error_text
         for rank in (0, 1):
