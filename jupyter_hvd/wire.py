@@ -103,9 +103,11 @@ class Commit:
 
 @dataclass(frozen=True)
 class Prune:
-    """Delete these snapshot generations of this rank (the kernel keeps the others: engine/keep/files.py)."""
+    """Delete these snapshot generations of this rank (the kernel keeps the others: engine/keep/files.py), or of
+    `rank`: a rank the pool no longer has since it was resized to fewer ranks."""
 
     gens: list[GenId]
+    rank: int | None = None
 
 
 @dataclass(frozen=True)

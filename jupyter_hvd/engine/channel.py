@@ -215,7 +215,7 @@ class Channel:
             if isinstance(failed, dict) and failed.get("error"):
                 self.problem(f"the snapshot of the kept names failed: {failed['error']['evalue']}")
         elif isinstance(message, Prune):
-            snapshot.prune(message.gens)
+            snapshot.prune(message.gens, message.rank)
         elif isinstance(message, Debug):
             self.cell = message.n
             try:

@@ -332,9 +332,10 @@ def wait_written(timeout: float) -> bool:
         return _lock.wait_for(lambda: not _jobs and not _busy, timeout)
 
 
-def prune(gens: list[GenId]) -> None:
-    """Delete this rank's parts of `gens` (the kernel keeps the others), after what is being written."""
-    _queue({"prune": gens})
+def prune(gens: list[GenId], rank: int | None = None) -> None:
+    """Delete this rank's parts of `gens` (or those of `rank`, gone since a resize; the kernel keeps the others),
+    after what is being written."""
+    _queue({"prune": gens, "rank": outbox.rank() if rank is None else rank})
 
 
 _busy = False  # the writer is on a job
@@ -366,7 +367,7 @@ def _write_loop() -> None:
             _busy = True
         try:
             if "prune" in job:
-                _delete(job["prune"])
+                _delete(job["prune"], job["rank"])
             else:
                 _write(job)
         finally:
@@ -375,11 +376,11 @@ def _write_loop() -> None:
                 _lock.notify_all()
 
 
-def _delete(gens: list[GenId]) -> None:
+def _delete(gens: list[GenId], rank: int) -> None:
     if _directory is None:
         return
     try:
-        files.delete_generations(_directory, outbox.rank(), gens)
+        files.delete_generations(_directory, rank, gens)
     except OSError as exc:
         outbox.problem(f"old snapshots could not be deleted ({exc.strerror or exc})")
 

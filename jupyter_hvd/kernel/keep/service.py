@@ -12,6 +12,7 @@ Runs in the user's kernel.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from ... import wire
 from .. import transfer
@@ -86,9 +87,14 @@ class Keep:
         """Snapshots beyond those kept (and parts of ones that will never complete) are removed on their ranks."""
         channel = self.pool.channel
         try:
+            size = len(self.pool.ranks)
             for rank, prune in self.snapshots.expire().items():
-                if channel is not None and rank < len(self.pool.ranks):
+                if channel is None or not size:
+                    continue
+                if rank < size:
                     channel.send(rank, prune)
+                else:  # a rank gone since the pool was resized to fewer: one of its peers deletes its parts
+                    channel.send(rank % size, replace(prune, rank=rank))
         except ChannelError:
             pass
 

@@ -245,7 +245,9 @@ class Snapshots:
                 live.setdefault(rank, set()).add(part)
         delete: dict[int, Prune] = {}
         for rank, parts in self.written.items():
-            keep_parts = live.get(rank, set()) | {self.newest_part.get(rank)}
+            # A rank's newest part is what its next unchanged snapshot refers to; a rank gone since a resize has none.
+            newest_kept = {self.newest_part.get(rank)} if rank < self.ranks or not self.ranks else set()
+            keep_parts = live.get(rank, set()) | newest_kept
             pending = {gen for gen in self.generations if not self.generations[gen].number}
             gone = sorted(p for p in parts if p not in keep_parts and p not in pending)
             if gone:
