@@ -174,6 +174,30 @@ def test_a_raise_while_the_others_wait_in_a_torch_collective_ends_the_cell_and_k
     assert r.status == "ok" and "after [2.0, 2.0] 41" in r.stdout, r.stdout + r.error_text
 
 
+def test_collectives_of_different_sizes_are_named_and_cost_no_process_and_no_name(kernel):
+    # Gloo aborts a rank given a tensor of another size than its peers' (SIGABRT, its raw "GLHF" text): every rank's
+    # namespace went with the restart. The ranks now agree on the call first, as Horovod's coordinator does.
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    ids = "%%hvd --ranks all\nimport os\nprint('id', rank, os.getpid(), not_kept)"
+    assert k.run("%%hvd\nnot_kept = 40 + rank").status == "ok"
+    before = sorted(line for line in k.run(ids).stdout.splitlines() if "id " in line)
+    r = k.run("%%hvd\nt = torch.ones(4 if rank == 0 else 8)\ndist.all_reduce(t)", timeout=60)
+    said = r.error_text
+    assert r.status == "error" and "ranks 0-1: CollectiveMismatch" in said, said
+    assert "rank 0: all_reduce of 4 float32 elements; rank 1: all_reduce of 8 float32 elements" in said, said
+    assert "restart" not in said and "GLHF" not in said, said
+    r = k.run("%%hvd\nparts = [torch.zeros(3) for _ in range(2)]\ndist.all_gather(parts, torch.ones(3 + rank))")
+    assert r.status == "error" and "all_gather of 3 float32 elements" in r.error_text, r.error_text
+    other = "%%hvd\nif rank == 0:\n    dist.broadcast(torch.ones(2), src=0)\nelse:\n    dist.all_reduce(torch.ones(2))"
+    r = k.run(other)
+    assert r.status == "error" and "rank 0: broadcast of 2 float32 elements at root 0" in r.error_text, r.error_text
+    # The same processes, with what the notebook defined, and their collectives work.
+    assert sorted(line for line in k.run(ids).stdout.splitlines() if "id " in line) == before
+    r = k.run("%%hvd\nt = torch.ones(4)\ndist.all_reduce(t)\nprint('sum', t.tolist())")
+    assert r.status == "ok" and "sum [2.0, 2.0, 2.0, 2.0]" in r.stdout, r.stdout + r.error_text
+
+
 def test_uneven_ddp_batches_are_named_with_torchs_remedy(kernel):
     k = kernel
     assert k.run(START, timeout=120).status == "ok"

@@ -15,6 +15,7 @@ Imported on the engines only.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from typing import Any
 
 from .. import collectives
 from ..cell import pace
+from . import matching
 
 # Blocking collectives a cell may call, by their names in torch.distributed.
 COLLECTIVES = (
@@ -65,21 +67,27 @@ def install() -> None:
         return
     import torch.distributed as dist
 
+    # The check's own all_gather, not watched; none where c.HvdPool.check_collectives is off.
+    gather = dist.all_gather if os.environ.get("JUPYTER_HVD_CHECK_COLLECTIVES", "1") != "0" else None
     for name in COLLECTIVES:
         real = getattr(dist, name, None)
         if real is not None:
-            setattr(dist, name, _watched(real, f"dist.{name}"))
+            setattr(dist, name, _watched(real, name, gather))
     _time_ddp()
     _installed = True
 
 
-def _watched(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
+def _watched(real: Callable[..., Any], name: str, gather: Any) -> Callable[..., Any]:
+    kind = f"dist.{name}"
+
     @functools.wraps(real)
     def collective(*args: Any, **kwargs: Any) -> Any:
         collectives.started_one(kind)
         if kwargs.get("async_op"):
             return real(*args, **kwargs)
         with collectives.waiting(kind):
+            if gather is not None:
+                matching.check(name, real, args, kwargs, gather)  # a mismatch raises on every rank, not in Gloo
             if threading.get_ident() == threading.main_thread().ident:
                 start = time.perf_counter()
                 try:

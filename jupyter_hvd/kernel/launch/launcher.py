@@ -124,6 +124,7 @@ class Launcher:
             env["JUPYTER_HVD_REST_AFTER"] = f"{self.options.rest_after:g}"
         if self.options.cpu:
             env["CUDA_VISIBLE_DEVICES"] = ""
+        env["JUPYTER_HVD_CHECK_COLLECTIVES"] = "1" if self.options.check_collectives else "0"
         return env
 
     def controller_ip(self) -> str:

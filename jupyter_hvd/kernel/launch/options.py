@@ -102,6 +102,11 @@ class HvdPool(Configurable):
     tags_kept = Int(
         10, help="tagged snapshots (jupyter_hvd.commit(tag=...)) kept on disk; the oldest goes first, said", min=0
     ).tag(config=True, flag=False)
+    check_collectives = Bool(
+        True,
+        help="before each blocking torch.distributed collective on Gloo, the ranks agree on the call, so tensors of "
+        "different sizes are an error naming them instead of a crash in Gloo (one small collective more per call)",
+    ).tag(config=True, flag=False)
     live_view = Enum(
         VIEW_MODES,
         "auto",
