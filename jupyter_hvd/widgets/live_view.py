@@ -32,6 +32,7 @@ from ..digest import Chunk
 from .curves import Curves
 from .log import LogBuffer, LogDelta
 from .plain import show_display
+from .schema import CurveUpdate, LiveUpdate, LogMessage, Status
 from .static_plot import SAVED_LOG_LINES, saved_bundle
 
 # Well above a loop printing at 20 Hz: with the gap equal to the print interval, one late send made every later line
@@ -234,7 +235,7 @@ class LiveView:
             "curves": [(c, len(c.ys)) for c in self.curves.plotted(self.plots)],
             "status": self.status(),
             "status_text": self.status_text(),
-            "log": {"append": list(self.log.lines)[-SAVED_LOG_LINES:], "partials": [], "total": self.log.total},
+            "log": LogMessage(append=list(self.log.lines)[-SAVED_LOG_LINES:], partials=[], total=self.log.total),
             "tail": tail,
             "dropped": self.log.total - len(tail),
             "smoothing": widget.smoothing if widget is not None else None,
@@ -286,7 +287,7 @@ class LiveView:
 
     # ---- status --------------------------------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         """What the status line shows, as numbers (the front end formats them)."""
         c = self.curves
         return {
@@ -358,9 +359,10 @@ class LiveView:
                 self._copied_at = time.monotonic()
                 self._copy_due = self._copied_at + COPY_EVERY_S
 
-    def _take_update(self, full: bool = False) -> tuple[dict[str, Any], list[bytes]]:
+    def _take_update(self, full: bool = False) -> tuple[LiveUpdate, list[bytes]]:
         """The next message: new points per curve (x and y as float64 buffers), new log lines, the status."""
-        curves, buffers = [], []
+        curves: list[CurveUpdate] = []
+        buffers: list[bytes] = []
         chosen = self.curves.plotted(self.plots) if full else self.curves.take_new(self.plots)
         for curve in chosen:
             start = 0 if (full or curve.reset) else curve.sent
@@ -380,7 +382,7 @@ class LiveView:
             curve.sent, curve.reset = n, False
         delta: LogDelta | None = self.log.snapshot() if full else self.log.take_delta()
         self.seq += 1
-        content = {
+        content: LiveUpdate = {
             "type": "update",
             "seq": self.seq,
             "full": full,
@@ -390,7 +392,7 @@ class LiveView:
         }
         return content, buffers
 
-    def _send(self, update: tuple[dict[str, Any], list[bytes]]) -> None:
+    def _send(self, update: tuple[LiveUpdate, list[bytes]]) -> None:
         content, buffers = update
         assert self.widget is not None
         self.widget.send(content, buffers)

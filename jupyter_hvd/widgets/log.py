@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..digest import Chunk
+from .schema import LogMessage
 
 
 @dataclass
@@ -22,7 +23,7 @@ class LogDelta:
     partials: list[tuple[str, str, int]] = field(default_factory=list)
     total: int = 0  # finished lines so far, shown or dropped
 
-    def as_message(self) -> dict[str, object]:
+    def as_message(self) -> LogMessage:
         """The JSON the front end's log component applies."""
         return {"append": self.append, "partials": self.partials, "total": self.total}
 

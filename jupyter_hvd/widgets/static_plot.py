@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from .curves import Curve, panels
+from .schema import LogMessage, SavedCurve, SavedView, Status
 
 SMOOTHING = 0.6  # TensorBoard's default weight
 SMOOTH_FROM = 20  # fewer points than this are drawn as they are: a moving average of a few points only lags
@@ -264,21 +265,21 @@ def _json_number(v: float) -> float | None:
 def view_data(
     curves: list[Curve],
     patterns: list[str],
-    status: dict[str, Any],
+    status: Status,
     status_text: str,
-    log: dict[str, Any],
+    log: LogMessage,
     ranks: list[int],
     smoothing: float | None = None,
     log_y: bool = False,
     view_id: str | None = None,
-) -> dict[str, Any]:
+) -> SavedView:
     """The saved view as JSON (the MIME type's data): what labextension/src/mime.ts draws (widgets-js/src/saved.js
     and store.js Store.fromSaved read it). Fields: version; plots (the --plot patterns); ranks (the shown ranks);
     smoothing (null: automatic) and log_y (the user's choices); status (live_view.LiveView.status() and its text);
     curves (name, rank, x_kind, x, y with null for a gap, points: how many before thinning); log (append: the last
     [text, stream, rank] lines, partials, total); view_id: the live widget's view while the cell runs (the renderer
     draws the widget's data while it is on the page), null once it ended."""
-    saved = []
+    saved: list[SavedCurve] = []
     for c in curves:
         idx = kept(c.ys, SAVED_POINTS)
         saved.append(
@@ -307,9 +308,9 @@ def view_data(
 def saved_bundle(
     curves: list[Curve],
     patterns: list[str],
-    status: dict[str, Any],
+    status: Status,
     status_text: str,
-    log: dict[str, Any],
+    log: LogMessage,
     log_tail: list[str],
     dropped: int,
     ranks: list[int],

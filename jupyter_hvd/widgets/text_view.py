@@ -15,6 +15,7 @@ from IPython.display import display
 from ..digest import Chunk
 from .curves import Curves
 from .plain import OutputRouter, show_display
+from .schema import LogMessage, Status
 from .static_plot import saved_bundle
 
 
@@ -69,18 +70,20 @@ class TextView:
             text += f" · ⚠ {c.nonfinite}"
         if c.straggler:
             text += f" · {c.straggler}"
-        status = {
+        status: Status = {
             "state": "done" if ok else "failed",
             "ranks": self.ranks,
             "step": c.step,
+            "epoch": c.epoch,
             "total": c.total,
             "desc": c.desc,
             "samples_per_s": c.samples_per_second(),
             "steps_per_s": c.steps_per_second(),
             "elapsed": elapsed,
             "eta": None,
+            "latest": {k: v for k, v in c.latest.items() if v == v},
             "warning": c.nonfinite,
             "straggler": c.straggler,
         }
-        log = {"append": [], "partials": [], "total": 0}  # the log is in the cell's text output
+        log: LogMessage = {"append": [], "partials": [], "total": 0}  # the log is in the cell's text output
         display(saved_bundle(curves, self.plots, status, text, log, [], 0, self.show_ranks), raw=True)

@@ -1,6 +1,7 @@
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
+import type { SavedView as SavedViewData } from '../../widgets-js/src/messages';
 import { MIME, OutputView } from '../../widgets-js/src/saved.js';
 
 /**
@@ -21,7 +22,8 @@ class SavedView extends Widget implements IRenderMime.IRenderer {
   }
 
   async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
-    this._view.render(model.data[MIME]);
+    // Its shape is jupyter_hvd/widgets/schema.py's SavedView (widgets-js/src/messages.d.ts).
+    this._view.render(model.data[MIME] as unknown as SavedViewData);
   }
 
   dispose(): void {

@@ -1,8 +1,10 @@
 // Types of saved.js for the labextension's TypeScript (labextension/src/mime.ts).
+import type { SavedView } from './messages';
+
 export declare const MIME: string;
-export declare function renderSaved(el: HTMLElement, data: unknown): () => void;
+export declare function renderSaved(el: HTMLElement, data: SavedView): () => void;
 export declare class OutputView {
   constructor(el: HTMLElement, graceMs?: number);
-  render(data: unknown): void;
+  render(data: SavedView): void;
   destroy(): void;
 }
