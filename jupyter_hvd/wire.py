@@ -19,7 +19,6 @@ own.
 from __future__ import annotations
 
 import hmac
-import importlib
 import io
 import os
 import pickle
@@ -28,7 +27,7 @@ import secrets
 import site
 import sys
 import sysconfig
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -551,16 +550,30 @@ def new_identity() -> bytes:
 # ---- tasks the kernel sends through ipyparallel ----------------------------------------------------------------
 
 
+# The kernel sends `perform` and `start` through ipyparallel by reference: both sides import this module, and an
+# engine's entry point (engine/main.py) hands them what does the work there, so the contract names no engine code.
+_on_engine: dict[str, Callable[..., Any]] = {}
+
+
+def serve(start: Callable[[Start], dict[str, Any]], perform: Callable[..., Any]) -> None:
+    """On an engine, before it registers: what `start` and `perform` do there."""
+    _on_engine.update(start=start, perform=perform)
+
+
+def _engines(name: str) -> Callable[..., Any]:
+    if name not in _on_engine:
+        raise RuntimeError(f"wire.{name} runs on a jupyter-hvd engine only (python -m jupyter_hvd.engine.main)")
+    return _on_engine[name]
+
+
 def perform(task: Task, *buffers: Any) -> Any:
-    """Do `task` on an engine (engine/tasks.py), with `buffers` sent beside it; the kernel sends this function, which
-    both sides can import, so it never imports engine code."""
-    return importlib.import_module("jupyter_hvd.engine.tasks").perform(task, *buffers)
+    """Do `task` on an engine (engine/tasks.py), with `buffers` sent beside it."""
+    return _engines("perform")(task, *buffers)
 
 
 def start(task: Start) -> dict[str, Any]:
     """Make a new engine a rank of its pool (engine/bootstrap.py); its row of the pool table."""
-    bootstrap = importlib.import_module("jupyter_hvd.engine.bootstrap")
-    return bootstrap.start(task.env, task.device, task.channel, task.torch_distributed, task.torch_store)
+    return _engines("start")(task)
 
 
 # ---- rules both sides apply alike ------------------------------------------------------------------------------

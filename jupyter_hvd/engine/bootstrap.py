@@ -10,6 +10,13 @@ import socket
 import threading
 from typing import Any
 
+from .. import wire
+
+
+def start_task(task: wire.Start) -> dict[str, Any]:
+    """What the kernel's wire.start does on this engine."""
+    return start(task.env, task.device, task.channel, task.torch_distributed, task.torch_store)
+
 
 def start(
     env: dict[str, str],

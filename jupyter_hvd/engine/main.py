@@ -65,6 +65,11 @@ def main() -> None:
     threading.Thread(target=_preload, name="jupyter-hvd preload", daemon=True).start()
     from ipyparallel.engine.app import main as engine_main
 
+    from .. import wire
+    from . import bootstrap, tasks
+
+    wire.serve(bootstrap.start_task, tasks.perform)
+
     connection_file = os.environ.pop("JUPYTER_HVD_CONNECTION_FILE", "")
     wait_s = float(os.environ.pop("JUPYTER_HVD_CONNECTION_WAIT_S", "60"))
     if connection_file and not os.environ.get("IPP_CONNECTION_INFO"):
