@@ -8,13 +8,6 @@ import { requestAPI } from '../src/request';
 import { HvdSidebar } from '../src/sidebar';
 import { pool, rank } from './fixtures';
 
-// What jsdom lacks and JupyterLab's packages use on import: DragEvent (@lumino/dragdrop), matchMedia (the
-// design tokens of @jupyter/web-components).
-vi.hoisted(() => {
-  (globalThis as any).DragEvent ??= class extends MouseEvent {};
-  window.matchMedia ??= (query: string) =>
-    ({ matches: false, media: query, addListener: () => {}, removeListener: () => {} }) as any;
-});
 vi.mock('../src/request', () => ({ requestAPI: vi.fn() }));
 const request = vi.mocked(requestAPI);
 
