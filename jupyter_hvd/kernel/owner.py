@@ -207,6 +207,13 @@ class Owner:
         t0, was = time.monotonic(), pool.np
         try:
             options = pool.options.placed(np=action.np) if action.np not in (None, pool.np) else None
+            if options is not None:
+                Pool.check(options)
+        except (ValueError, PoolError) as exc:
+            # A size this host cannot run, refused while the pool runs on: the user's input, not a crash to log.
+            pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")
+            return f"the restart from the sidebar{at} failed: {exc}"
+        try:
             pool, came_back = self.restart(pool, options=options)
         except KeyboardInterrupt:  # the stop button, pressed while it ran
             return f"the restart from the sidebar{at} was interrupted. {pool.interrupted_restart()}"
