@@ -427,9 +427,9 @@ export function pendingDone(job: IPending, p: IPool | null, now = Date.now()): b
     case 'interrupt':
       return p.state !== 'running';
     case 'restart': {
-      // Done when the new engines are idle: while they replay the setup journal and restore the kept names they
-      // run cells (state running), after a first moment idle that only the next file may show. Refused (the old
-      // engines run on): the kernel notes why as the pool's newest problem.
+      // Done when the new engines are idle: until the setup journal is replayed and the kept names restored the
+      // kernel shows the pool restarting (running while it runs those cells). Refused (the old engines run on): the
+      // kernel notes why as the pool's newest problem.
       const pids = p.ranks.map(r => r.pid);
       const fresh = pids.length > 0 && !pids.some(pid => job.pids.includes(pid));
       const problem = p.problems?.[0] ?? '';
