@@ -132,6 +132,7 @@ def test_sidebar_restarts_the_pool_at_another_size_and_keeps_the_work(lab: dict[
     for s in r["duringRestart"][1:]:
         if s.get("state") is not None:
             assert s["notes"] or (s["ranks"] == [0, 1, 2] and s["state"] == "idle"), r["duringRestart"]
+            assert not (s["notes"] and s["restartEnabled"]), r["duringRestart"]  # its buttons wait meanwhile
 
     # The next cell on every rank: 3 ranks, the weights trained before on each, the learning rate for 3 ranks.
     checked = ranks_said(r["checkOutput"])
