@@ -23,6 +23,7 @@ import pytest
 from jupyter_hvd import state
 
 ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "jupyter_hvd" / "labextension"  # this checkout's build of the sidebar (npm run build)
 UI_TESTS = ROOT / "ui-tests"  # the browser scripts and their shared driver (ui-tests/driver.mjs)
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 SETUP = "bash scripts/setup.sh --with-test-tools (or scripts/test.sh, which runs it)"
@@ -149,3 +150,23 @@ def jupyterlab(
             time.sleep(0.5)
         state.kill_processes(leftovers)
     assert not leftovers, f"processes left after jupyter {app} stopped: {[p.pid for p in leftovers]}"
+
+
+def this_checkouts_sidebar(tmp_path: Path) -> dict[str, str]:
+    """Environment for a JupyterLab that serves this checkout's build of the sidebar: JUPYTER_PATH comes before the
+    environment's labextensions (which may link another checkout's build)."""
+    if not (BUILD / "package.json").exists():
+        pytest.fail("the sidebar is not built: npm run build (in the repository root)", pytrace=False)
+    share = tmp_path / "share"
+    (share / "labextensions").mkdir(parents=True)
+    (share / "labextensions" / "jupyter-hvd").symlink_to(BUILD)
+    paths = [str(share), *filter(None, os.environ.get("JUPYTER_PATH", "").split(os.pathsep))]
+    return {"JUPYTER_PATH": os.pathsep.join(paths)}
+
+
+def served_build(lab: dict[str, object]) -> str:
+    """The sidebar's remote entry that JupyterLab's page loads."""
+    with urllib.request.urlopen(f"{lab['url']}lab?token={lab['token']}", timeout=30) as page:
+        html = page.read().decode()
+    build = json.loads((BUILD / "package.json").read_text())["jupyterlab"]["_build"]["load"]
+    return build if build in html else f"not {build}"

@@ -8,6 +8,7 @@ Real kernels with real 2-rank CPU pools.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -121,3 +122,41 @@ def test_a_setup_cell_that_raises_on_replay_is_named_and_the_snapshot_stays(kern
     r = k.run("%hvd_restart", timeout=180)
     assert r.status == "ok" and "restored model" in r.stdout, r.stdout + r.error_text
     assert weights(k) == before
+
+
+def test_a_restart_shows_the_pool_restarting_until_what_was_kept_is_back(kernel):
+    """The sidebar waits for the new engines to be idle: the pool file must not say idle before the setup journal is
+    replayed and the kept names restored (at the same size, and at another, where a new pool takes the old one's
+    place)."""
+    k = kernel
+    seen: list[tuple[str, str, tuple[int, ...]]] = []
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while sampling.is_set():
+            for p in state.list_pools():
+                if p.get("kernel_pid") == k.pid:
+                    seen.append((p["id"], p["state"], tuple(r["pid"] for r in p.get("ranks", []))))
+            time.sleep(0.005)
+
+    for restart in ("%hvd_restart", "%hvd_restart -np 3"):
+        before = next(p for p in state.list_pools() if p["kernel_pid"] == k.pid)
+        old = {r["pid"] for r in before["ranks"]}
+        seen.clear()
+        sampling.set()
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            r = k.run(restart, timeout=180)
+            deadline = time.monotonic() + 10  # the file is rewritten within milliseconds of the end
+            while not any(s == "idle" and pids and not old & set(pids) for _, s, pids in seen[-5:]):
+                assert time.monotonic() < deadline, seen[-5:]
+                time.sleep(0.05)
+        finally:
+            sampling.clear()
+            sampler.join()
+        assert r.status == "ok" and "restored model" in r.stdout, r.stdout + r.error_text
+        # The states the new engines went through, each change once: idle comes last, and only once.
+        fresh = [s for _, s, pids in seen if pids and not old & set(pids)]
+        changes = [s for i, s in enumerate(fresh) if i == 0 or s != fresh[i - 1]]
+        assert changes and changes[-1] == "idle" and changes.count("idle") == 1, (restart, changes)

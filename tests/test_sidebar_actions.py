@@ -18,17 +18,14 @@ Screenshots: artifacts/sidebar-actions/ (1-after-8-epochs.png ... 10-stopped.png
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab import ROOT, jupyterlab, run_browser
+from lab import ROOT, jupyterlab, run_browser, served_build, this_checkouts_sidebar
 
 ARTIFACTS = ROOT / "artifacts" / "sidebar-actions"
-BUILD = ROOT / "jupyter_hvd" / "labextension"
 NOTEBOOK = "sidebar_actions.ipynb"
 
 TRAINING = """%%hvd
@@ -49,30 +46,10 @@ CELLS = [
 ]
 
 
-def this_checkouts_sidebar(tmp_path: Path) -> dict[str, str]:
-    """Environment for a JupyterLab that serves this checkout's build of the sidebar: JUPYTER_PATH comes before the
-    environment's labextensions (which may link another checkout's build)."""
-    if not (BUILD / "package.json").exists():
-        pytest.fail("the sidebar is not built: npm run build (in the repository root)", pytrace=False)
-    share = tmp_path / "share"
-    (share / "labextensions").mkdir(parents=True)
-    (share / "labextensions" / "jupyter-hvd").symlink_to(BUILD)
-    paths = [str(share), *filter(None, os.environ.get("JUPYTER_PATH", "").split(os.pathsep))]
-    return {"JUPYTER_PATH": os.pathsep.join(paths)}
-
-
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[dict[str, object]]:
     with jupyterlab(tmp_path, NOTEBOOK, CELLS, env=this_checkouts_sidebar(tmp_path)) as info:
         yield info
-
-
-def served_build(lab: dict[str, object]) -> str:
-    """The sidebar's remote entry that JupyterLab's page loads."""
-    with urllib.request.urlopen(f"{lab['url']}lab?token={lab['token']}", timeout=30) as page:
-        html = page.read().decode()
-    build = json.loads((BUILD / "package.json").read_text())["jupyterlab"]["_build"]["load"]
-    return build if build in html else f"not {build}"
 
 
 def test_sidebar_actions_say_what_they_do_and_show_only_the_running_cell(lab: dict[str, object]) -> None:

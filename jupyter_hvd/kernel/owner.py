@@ -59,10 +59,11 @@ class Owner:
 
     # ---- start and stop ------------------------------------------------------------------------------------
 
-    def start(self, options: HvdPool, keeper: Keeper | None = None) -> Pool:
+    def start(self, options: HvdPool, keeper: Keeper | None = None, bringing_back: bool = False) -> Pool:
         """A new pool with `options`: its engines started and Horovod initialised, its watcher running; the kernel's
-        pool from now on. `keeper`: what a stopped pool kept, to keep on the new one."""
-        pool = Pool.start(options, keeper or Keeper())
+        pool from now on. `keeper`: what a stopped pool kept, to keep on the new one; `bringing_back`: a restart
+        brings it back next (Pool.start)."""
+        pool = Pool.start(options, keeper or Keeper(), bringing_back)
         pool.watcher = PoolWatcher(pool, self.asks, act=lambda action: self.act(pool, action))
         pool.file.poke = pool.watcher.poke
         self.asks.clear()
@@ -105,22 +106,26 @@ class Owner:
             pool.keeper.clear()
             shutil.rmtree(pool.kept_dir, ignore_errors=True)
             shutil.rmtree(pool.pushed_dir, ignore_errors=True)
-        if resize or pool.stopped:
-            if not pool.stopped:
-                if planned and pool.channel is not None and pool.ranks and not pool.dead_ranks():
-                    pool.channel.settle(len(pool.ranks), timeout=30.0)  # snapshots being written are not lost
-                pool.end(keep_directory=True)
-            pool = self._revive(pool, options)
-        else:
-            pool.replace_engines(planned)
-        with pool.lock:
-            return pool, Keep(pool).bring_back()
+        try:
+            if resize or pool.stopped:
+                if not pool.stopped:
+                    if planned and pool.channel is not None and pool.ranks and not pool.dead_ranks():
+                        pool.channel.settle(len(pool.ranks), timeout=30.0)  # snapshots being written are not lost
+                    pool.end(keep_directory=True)
+                pool = self._revive(pool, options)
+            else:
+                pool.bringing_back = True
+                pool.replace_engines(planned)
+            with pool.lock:
+                return pool, Keep(pool).bring_back()
+        finally:
+            pool.brought_back()
 
     def _revive(self, old: Pool, options: HvdPool | None = None) -> Pool:
         """Start a stopped pool again, with its options or `options`; what it kept comes back on the new one (at
         another size, kernel/keep/restore.py lays it out for the new ranks)."""
         try:
-            pool = self.start(options or old.options, old.keeper)
+            pool = self.start(options or old.options, old.keeper, bringing_back=True)
         except PoolError as exc:
             size = f" with -np {options.np}" if options is not None else ""
             raise PoolError(
@@ -207,6 +212,13 @@ class Owner:
         t0, was = time.monotonic(), pool.np
         try:
             options = pool.options.placed(np=action.np) if action.np not in (None, pool.np) else None
+            if options is not None:
+                Pool.check(options)
+        except (ValueError, PoolError) as exc:
+            # A size this host cannot run, refused while the pool runs on: the user's input, not a crash to log.
+            pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")
+            return f"the restart from the sidebar{at} failed: {exc}"
+        try:
             pool, came_back = self.restart(pool, options=options)
         except KeyboardInterrupt:  # the stop button, pressed while it ran
             return f"the restart from the sidebar{at} was interrupted. {pool.interrupted_restart()}"

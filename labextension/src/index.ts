@@ -22,7 +22,7 @@ export const hvdIcon = new LabIcon({ name: 'jupyter-hvd:pools', svgstr: ICON_SVG
 const LABELS: Record<Action, string> = {
   where: 'Where are the ranks of the jupyter-hvd pool (cell line, function, collective)',
   interrupt: 'Interrupt jupyter-hvd pool (stops the running cell on all ranks)',
-  restart: 'Restart jupyter-hvd pool (same options)',
+  restart: 'Restart jupyter-hvd pool (asks at how many ranks)',
   stop: 'Stop jupyter-hvd pool'
 };
 

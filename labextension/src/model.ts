@@ -365,35 +365,76 @@ export function whereIsCurrent(p: IPool): boolean {
 /** An action asked for from the sidebar that has not finished: the pool's buttons wait for it. */
 export interface IPending {
   action: Action;
+  /** The pool it was asked for on. */
+  poolId: string;
   /** When it was asked for (ms since the epoch). */
   since: number;
   /** The pool's engines (pids) and when its `where` was taken, as it was asked for: a restart makes new engines,
    * Where a new answer. */
   pids: number[];
   whereAsked: number;
+  /** A Restart at another number of ranks: that number. Such a restart starts a new pool (a new id) in the place of
+   * the old one, which the sidebar knows by its kernel. */
+  np?: number;
+  kernelId?: string;
+  /** The pool's newest problem as it was asked for: a restart the kernel refused (a size the host cannot run) leaves
+   * the same engines running and says why as a new problem. */
+  problem?: string;
 }
 
 const PENDING_LIMIT_S: Record<Action, number> = { where: 10, interrupt: 20, restart: 180, stop: 60 };
 
-/** What the sidebar remembers when `action` is asked for on pool `p`. */
-export function pending(p: IPool, action: Action, now = Date.now()): IPending {
-  return { action, since: now, pids: p.ranks.map(r => r.pid), whereAsked: p.where?.asked ?? 0 };
+/** What the sidebar remembers when `action` is asked for on pool `p` (a Restart at `np` ranks where given). */
+export function pending(p: IPool, action: Action, now = Date.now(), np?: number): IPending {
+  const job: IPending = {
+    action,
+    poolId: p.id,
+    since: now,
+    pids: p.ranks.map(r => r.pid),
+    whereAsked: p.where?.asked ?? 0
+  };
+  if (action === 'restart') {
+    job.problem = p.problems?.[0] ?? '';
+    if (np !== undefined && np !== p.np) {
+      job.np = np;
+      job.kernelId = p.kernel_id;
+    }
+  }
+  return job;
 }
 
-/** Whether the action asked for has finished, as the pool (or its absence: `p` null) shows it, or taken too long. */
+/** The pool that action `job` is about now: the pool it was asked for on, or, for a Restart at another size, the new
+ * pool its kernel started in that one's place; null while there is none (the old one stopped, the new one not yet
+ * written). */
+export function pendingPool(job: IPending, pools: IPool[]): IPool | null {
+  const same = pools.find(p => p.id === job.poolId);
+  if (same || job.np === undefined) {
+    return same ?? null;
+  }
+  return pools.find(p => p.kernel_id === job.kernelId && !p.stale) ?? null;
+}
+
+/** Whether the action asked for has finished, as the pool (or its absence: `p` null) shows it, or taken too long. A
+ * Restart at another size is not done when its pool is gone: a new pool takes its place (pendingPool). */
 export function pendingDone(job: IPending, p: IPool | null, now = Date.now()): boolean {
-  if (!p || p.stale || (now - job.since) / 1000 > PENDING_LIMIT_S[job.action]) {
+  if ((now - job.since) / 1000 > PENDING_LIMIT_S[job.action]) {
     return true;
+  }
+  if (!p || p.stale) {
+    return !!p || job.np === undefined;
   }
   switch (job.action) {
     case 'interrupt':
       return p.state !== 'running';
     case 'restart': {
-      // Done when the new engines are idle: while they replay the setup journal and restore the kept names they
-      // run cells (state running), after a first moment idle that only the next file may show.
+      // Done when the new engines are idle: until the setup journal is replayed and the kept names restored the
+      // kernel shows the pool restarting (running while it runs those cells). Refused (the old engines run on): the
+      // kernel notes why as the pool's newest problem.
       const pids = p.ranks.map(r => r.pid);
       const fresh = pids.length > 0 && !pids.some(pid => job.pids.includes(pid));
-      return (fresh && p.state === 'idle') || p.state === 'failed';
+      const problem = p.problems?.[0] ?? '';
+      const refused = job.problem !== undefined && p.id === job.poolId && !fresh && problem !== job.problem;
+      return (fresh && p.state === 'idle') || p.state === 'failed' || refused;
     }
     case 'stop':
       return p.state === 'failed';
@@ -402,12 +443,12 @@ export function pendingDone(job: IPending, p: IPool | null, now = Date.now()): b
   }
 }
 
-/** "Restarting the pool (asked 4 s ago)…": what the pool's buttons wait for. */
+/** "Restarting the pool at 3 ranks (asked 4 s ago)…": what the pool's buttons wait for. */
 export function pendingText(job: IPending, now = Date.now()): string {
   const doing: Record<Action, string> = {
     where: 'Asking the ranks where they are',
     interrupt: 'Interrupting the running cell',
-    restart: 'Restarting the pool',
+    restart: job.np ? `Restarting the pool at ${plural(job.np, 'rank')}` : 'Restarting the pool',
     stop: 'Stopping the pool'
   };
   return `${doing[job.action]} (asked ${formatDuration((now - job.since) / 1000)} ago)…`;
@@ -436,11 +477,56 @@ export function allowedActions(p: IPool): Action[] {
   return ACTIONS;
 }
 
-/** What a destructive action asks before it runs: the dialog's title, its paragraphs, and the button that goes on. */
+/** The most ranks the server takes for a Restart at another size (jupyter_hvd/state/actions.py MAX_RANKS). */
+export const MAX_RANKS = 4096;
+
+/** The Restart dialog's size field: a number of ranks, prefilled with the pool's. */
+export interface ISizeField {
+  label: string;
+  value: number;
+  min: number;
+  max: number;
+  /** What the field does, beside it. */
+  hint: string;
+}
+
+/** What a destructive action asks before it runs: the dialog's title, its paragraphs, the button that goes on, and
+ * for Restart the number of ranks to restart at. */
 export interface IConfirmation {
   title: string;
   lines: string[];
   accept: string;
+  size?: ISizeField;
+}
+
+/** Why the size field's `text` is not a number of ranks to restart at, in a few words; '' when it is one. */
+export function sizeProblem(text: string): string {
+  const t = text.trim();
+  if (!t) {
+    return 'Say how many ranks: a whole number, 1 or more.';
+  }
+  const n = Number(t);
+  if (!Number.isFinite(n) || !Number.isInteger(n)) {
+    return 'A number of ranks is a whole number (1, 2, 3, ...).';
+  }
+  if (n < 1) {
+    return 'At least 1 rank.';
+  }
+  if (n > MAX_RANKS) {
+    return `At most ${MAX_RANKS} ranks.`;
+  }
+  return '';
+}
+
+/** The size field's `text` as a number of ranks, or null where sizeProblem says why not. */
+export function parseSize(text: string): number | null {
+  return sizeProblem(text) ? null : Number(text.trim());
+}
+
+/** The body of POST .../pools/<id>/restart: {"np": N} only for another size than the pool's; none for a plain
+ * restart (the same options). */
+export function restartBody(p: IPool, np: number | null | undefined): string | undefined {
+  return np === null || np === undefined || np === p.np ? undefined : JSON.stringify({ np });
 }
 
 /** "the setup journal's 2 entries", or, from a server that does not say how many, the journal by its contents. */
@@ -453,15 +539,19 @@ function journalWords(p: IPool): string {
 }
 
 /** What a restart of `p` brings back, in words: the setup journal replayed, then the kept names restored from their
- * newest snapshot (kernel/restart.py bring_back); '' where nothing comes back. */
-export function comesBack(p: IPool): string {
+ * newest snapshot (kernel/keep/service.py bring_back); at another size (`np`), the setup cells run at that size and
+ * the kept models and optimizers come to every new rank. '' where nothing comes back. */
+export function comesBack(p: IPool, np?: number): string {
   const parts: string[] = [];
   if (p.journal_entries !== 0) {
-    parts.push(`${journalWords(p)}, replayed${p.journal_entries === 1 ? '' : ' in order'}`);
+    const order = p.journal_entries === 1 ? '' : ' in order';
+    const at = np === undefined ? '' : ` at ${plural(np, 'rank')} (hvd.size() is ${np} in it)`;
+    parts.push(`${journalWords(p)}, replayed${order}${at}`);
   }
   const kept = p.kept ?? [];
   if (kept.length && (p.snapshots ?? 0) > 0) {
-    parts.push(`${kept.join(', ')} from ${kept.length === 1 ? 'its' : 'their'} newest snapshot`);
+    const every = np === undefined ? '' : ", on every new rank from rank 0's copy";
+    parts.push(`${kept.join(', ')} from ${kept.length === 1 ? 'its' : 'their'} newest snapshot${every}`);
   }
   return parts.join('; then ');
 }
@@ -470,29 +560,23 @@ export function comesBack(p: IPool): string {
  * The question to ask before an action, or null when it asks nothing. Where and Interrupt change nothing on the
  * ranks but the running cell, so they never ask; Restart and Stop destroy what the ranks hold, and say what comes
  * back and what does not. A pool with nothing left to lose (its kernel died, its restart failed) is not asked about.
+ * Restart asks at how many ranks (`np`, the pool's own by default) and says what another size does.
  */
-export function confirmation(p: IPool, action: Action): IConfirmation | null {
+export function confirmation(p: IPool, action: Action, np: number = p.np): IConfirmation | null {
   if (action === 'where' || action === 'interrupt' || p.stale || p.state === 'failed') {
     return null;
   }
   const title = `${action === 'restart' ? 'Restart' : 'Stop'} the pool of ${poolTitle(p)}?`;
   const first = p.state === 'running' ? ' The running cell is interrupted first.' : '';
   if (action === 'restart') {
-    const back = comesBack(p);
-    const lines = [`Its ${p.np} ranks start again as new processes, with the same options.${first}`];
-    lines.push(
-      back
-        ? `Comes back: ${back}.`
-        : 'Nothing comes back: no %%hvd --setup cell has run and no name is kept (%hvd_keep).'
-    );
-    if (p.kept?.length && !p.snapshots) {
-      lines.push(
-        `${p.kept.join(', ')}: kept, but no snapshot is written yet (one is at the end of the next %%hvd cell that ` +
-          'succeeds), so it does not come back.'
-      );
-    }
-    lines.push(`Lost: ${back ? 'everything else' : 'everything'} in the ranks' namespaces (variables, models, data).`);
-    return { title, lines, accept: 'Restart' };
+    const size: ISizeField = {
+      label: 'Ranks',
+      value: p.np,
+      min: 1,
+      max: MAX_RANKS,
+      hint: `now ${p.np}; another number restarts the pool at that size`
+    };
+    return { title, lines: restartLines(p, np, first), accept: 'Restart', size };
   }
   const lost = ["everything in the ranks' namespaces"];
   if (p.journal_entries) {
@@ -520,6 +604,36 @@ export function confirmation(p: IPool, action: Action): IConfirmation | null {
   };
 }
 
+/** What a Restart of `p` at `np` ranks does, one paragraph each; `first`: what happens before it (the running cell). */
+function restartLines(p: IPool, np: number, first: string): string[] {
+  const resize = np !== p.np;
+  const back = comesBack(p, resize ? np : undefined);
+  const lines = [
+    resize
+      ? `Its ${plural(p.np, 'rank')} end and ${np} new ${np === 1 ? 'rank starts' : 'ranks start'} in their place, ` +
+        `with the same options otherwise.${first}`
+      : `Its ${p.np} ranks start again as new processes, with the same options.${first}`
+  ];
+  lines.push(
+    back ? `Comes back: ${back}.` : 'Nothing comes back: no %%hvd --setup cell has run and no name is kept (%hvd_keep).'
+  );
+  if (p.kept?.length && !p.snapshots) {
+    lines.push(
+      `${p.kept.join(', ')}: kept, but no snapshot is written yet (one is at the end of the next %%hvd cell that ` +
+        'succeeds), so it does not come back.'
+    );
+  }
+  if (resize && p.kept?.length && p.snapshots) {
+    lines.push(
+      'Kept values that differ from rank to rank (other than models and optimizers) do not come back at another ' +
+        `size: they stay as the setup cells build them for ${plural(np, 'rank')}. A learning rate the setup scales ` +
+        'by hvd.size() is scaled to the new size.'
+    );
+  }
+  lines.push(`Lost: ${back ? 'everything else' : 'everything'} in the ranks' namespaces (variables, models, data).`);
+  return lines;
+}
+
 /** What a pool's button does, for its tooltip. */
 export function actionTitle(p: IPool, action: Action): string {
   if (p.stale) {
@@ -531,7 +645,7 @@ export function actionTitle(p: IPool, action: Action): string {
     case 'interrupt':
       return 'Interrupt the running cell on every rank. The pool and what its ranks hold stay.';
     case 'restart':
-      return 'Start the ranks again with the same options; asks first, and says what comes back.';
+      return 'Start the ranks again, at the same or another number of ranks; asks first, and says what comes back.';
     case 'stop':
       return 'End the ranks and the pool; asks first.';
   }

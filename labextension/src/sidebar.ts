@@ -13,26 +13,28 @@ import {
   IPool,
   IPoolList,
   pending,
-  pendingDone
+  pendingDone,
+  pendingPool,
+  restartBody
 } from './model';
+import { ActionQuestion } from './question';
 import { renderPools } from './render';
 import { requestAPI } from './request';
 
-/** Ask `question` in a dialog, one paragraph per line; whether the user went on. */
-async function confirmed(question: IConfirmation): Promise<boolean> {
-  const body = new Widget();
-  body.addClass('jp-HvdConfirm');
-  for (const line of question.lines) {
-    const paragraph = document.createElement('p');
-    paragraph.textContent = line;
-    body.node.appendChild(paragraph);
-  }
+/** Ask `question` in a dialog (its paragraphs follow its size field: `linesAt`); whether the user went on, and the
+ * number of ranks asked for where it has a size field. */
+async function confirmed(
+  question: IConfirmation,
+  linesAt?: (np: number) => string[]
+): Promise<{ accept: boolean; np: number | null }> {
+  const body = new ActionQuestion(question, linesAt);
   const result = await showDialog({
     title: question.title,
     body,
-    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: question.accept })]
+    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: question.accept })],
+    focusNodeSelector: question.size ? 'input' : undefined
   });
-  return result.button.accept;
+  return { accept: result.button.accept, np: result.value };
 }
 
 /**
@@ -85,9 +87,16 @@ export class HvdSidebar extends Widget {
       this._now = data.now;
       this._clockOffset = data.now - Date.now() / 1000;
       this._error = '';
-      for (const [id, job] of this.pending) {
-        if (pendingDone(job, this.pools.find(p => p.id === id) ?? null)) {
+      for (const [id, job] of [...this.pending]) {
+        const p = pendingPool(job, this.pools);
+        if (p && p.id !== id) {
+          // A restart at another size: the new pool of the same kernel waits for it now.
           this.pending.delete(id);
+          this.pending.set(p.id, job);
+          this.selected = this.selected === id ? p.id : this.selected;
+        }
+        if (pendingDone(job, p)) {
+          this.pending.delete(p?.id ?? id);
         }
       }
     } catch (error) {
@@ -115,20 +124,29 @@ export class HvdSidebar extends Widget {
     return this.pools.map(p => asOfCell(p, this.cellsSeen.get(p.kernel_id), this._now));
   }
 
-  /** Carry out `action` on pool `poolId`, asking first when it would destroy what the ranks hold. */
+  /** Carry out `action` on pool `poolId`, asking first when it would destroy what the ranks hold (Restart: at how
+   * many ranks; {"np": N} is sent only for another number than the pool's). */
   async act(poolId: string, action: Action): Promise<boolean> {
     const pool = this.shownPools().find(p => p.id === poolId);
     if (!pool || this.pending.has(poolId)) {
       return false;
     }
     const question = confirmation(pool, action);
-    if (question && !(await confirmed(question))) {
-      return false;
+    let np: number | null = null;
+    if (question) {
+      const answer = await confirmed(question, n => confirmation(pool, action, n)?.lines ?? question.lines);
+      if (!answer.accept) {
+        return false;
+      }
+      np = answer.np;
     }
-    this.pending.set(poolId, pending(pool, action)); // its buttons wait until the pool shows it is done
+    // Its buttons wait until the pool shows it is done.
+    this.pending.set(poolId, pending(pool, action, Date.now(), np ?? undefined));
     this._render();
+    const body = action === 'restart' ? restartBody(pool, np) : undefined;
     try {
-      await requestAPI(`pools/${encodeURIComponent(poolId)}/${action}`, { method: 'POST' });
+      const init: RequestInit = body ? { method: 'POST', body } : { method: 'POST' };
+      await requestAPI(`pools/${encodeURIComponent(poolId)}/${action}`, init);
     } catch (error) {
       this.pending.delete(poolId);
       this._render();

@@ -7,8 +7,14 @@ import {
   CELL_FILE_DELAY_S,
   comesBack,
   hvdCellFirstLine,
+  MAX_RANKS,
+  parseSize,
   pending,
   pendingDone,
+  pendingPool,
+  pendingText,
+  restartBody,
+  sizeProblem,
   choosePool,
   confirmation,
   formatDuration,
@@ -297,5 +303,114 @@ describe('what belongs to the running cell', () => {
     // A pool restarting, stopping or dead is shown as it is.
     const restarting = pool({ state: 'restarting', updated_age: 5 });
     expect(asOfCell(restarting, { at: 999, firstLine: 'x' }, 1000)).toBe(restarting);
+  });
+});
+
+describe('Restart at another number of ranks', () => {
+  const kept = { kept: ['model', 'opt'], snapshots: 3, kept_bytes: 300 * 2 ** 20, journal_entries: 2 };
+
+  it("asks at how many ranks, in the user's word, prefilled with the pool's own", () => {
+    const q = confirmation(pool({ np: 2 }), 'restart')!;
+    expect(q.size).toEqual({
+      label: 'Ranks',
+      value: 2,
+      min: 1,
+      max: MAX_RANKS,
+      hint: 'now 2; another number restarts the pool at that size'
+    });
+    expect(confirmation(pool(), 'stop')!.size).toBeUndefined(); // Stop has no size
+  });
+
+  it('says nothing new at the same size: a plain restart', () => {
+    expect(confirmation(pool(kept), 'restart', 2)).toEqual(confirmation(pool(kept), 'restart'));
+    expect(confirmation(pool(kept), 'restart')!.lines[0]).toBe(
+      'Its 2 ranks start again as new processes, with the same options.'
+    );
+  });
+
+  it('says what another size does: the setup cells at the new size, kept models to every rank, per-rank values', () => {
+    const q = confirmation(pool(kept), 'restart', 3)!;
+    expect(q.accept).toBe('Restart');
+    expect(q.lines).toEqual([
+      'Its 2 ranks end and 3 new ranks start in their place, with the same options otherwise.',
+      "Comes back: the setup journal's 2 entries, replayed in order at 3 ranks (hvd.size() is 3 in it); then " +
+        "model, opt from their newest snapshot, on every new rank from rank 0's copy.",
+      'Kept values that differ from rank to rank (other than models and optimizers) do not come back at another ' +
+        'size: they stay as the setup cells build them for 3 ranks. A learning rate the setup scales by ' +
+        'hvd.size() is scaled to the new size.',
+      "Lost: everything else in the ranks' namespaces (variables, models, data)."
+    ]);
+    const one = confirmation(pool({ state: 'running', journal_entries: 1 }), 'restart', 1)!;
+    expect(one.lines).toEqual([
+      'Its 2 ranks end and 1 new rank starts in their place, with the same options otherwise. The running cell is ' +
+        'interrupted first.',
+      "Comes back: the setup journal's entry, replayed at 1 rank (hvd.size() is 1 in it).",
+      "Lost: everything else in the ranks' namespaces (variables, models, data)."
+    ]);
+    expect(confirmation(pool({ journal_entries: 0 }), 'restart', 4)!.lines[1]).toBe(
+      'Nothing comes back: no %%hvd --setup cell has run and no name is kept (%hvd_keep).'
+    );
+  });
+
+  it('takes a whole number of ranks from 1 up, and says in a few words why anything else is not one', () => {
+    expect(['2', ' 3 ', '1', '4096', '1e1'].map(parseSize)).toEqual([2, 3, 1, 4096, 10]);
+    expect(sizeProblem('3')).toBe('');
+    expect(sizeProblem('')).toBe('Say how many ranks: a whole number, 1 or more.');
+    expect(sizeProblem('  ')).toBe('Say how many ranks: a whole number, 1 or more.');
+    expect(sizeProblem('0')).toBe('At least 1 rank.');
+    expect(sizeProblem('-2')).toBe('At least 1 rank.');
+    expect(sizeProblem('1.5')).toBe('A number of ranks is a whole number (1, 2, 3, ...).');
+    expect(sizeProblem('two')).toBe('A number of ranks is a whole number (1, 2, 3, ...).');
+    expect(sizeProblem('4097')).toBe(`At most ${MAX_RANKS} ranks.`);
+    for (const bad of ['', '0', '1.5', 'two', '4097']) {
+      expect(parseSize(bad)).toBeNull();
+    }
+  });
+
+  it('sends {"np": N} only for another size than the pool\'s; a plain restart sends no body', () => {
+    const p = pool({ np: 2 });
+    expect(restartBody(p, 3)).toBe('{"np":3}');
+    expect(restartBody(p, 1)).toBe('{"np":1}');
+    expect(restartBody(p, 2)).toBeUndefined();
+    expect(restartBody(p, null)).toBeUndefined();
+    expect(restartBody(p, undefined)).toBeUndefined();
+  });
+
+  it('says the size it waits for, and only where one was asked', () => {
+    const p = pool({ np: 2 });
+    expect(pendingText(pending(p, 'restart', 0, 3), 3000)).toBe('Restarting the pool at 3 ranks (asked 3 s ago)…');
+    expect(pendingText(pending(p, 'restart', 0, 1), 0)).toBe('Restarting the pool at 1 rank (asked 0 s ago)…');
+    expect(pendingText(pending(p, 'restart', 0, 2), 3000)).toBe('Restarting the pool (asked 3 s ago)…');
+    expect(pendingText(pending(p, 'restart', 0), 3000)).toBe('Restarting the pool (asked 3 s ago)…');
+  });
+
+  it('waits for the new pool its kernel starts in the old one\'s place, until its new ranks are idle', () => {
+    const old = pool({ id: 'hvd-1-1', kernel_id: 'k-1', np: 2 });
+    const job = pending(old, 'restart', 0, 3);
+    const other = pool({ id: 'hvd-9-9', kernel_id: 'k-9' });
+    const stopping = { ...old, state: 'stopping' as const };
+    expect(pendingPool(job, [other, stopping])).toBe(stopping);
+    expect(pendingDone(job, stopping, 1000)).toBe(false);
+    // The old pool's file is gone and the new one's not written yet: not done (a plain restart's would be).
+    expect(pendingPool(job, [other])).toBeNull();
+    expect(pendingDone(job, null, 2000)).toBe(false);
+    expect(pendingDone(pending(old, 'restart', 0), null, 2000)).toBe(true);
+    const ranks = [0, 1, 2].map(r => rank({ rank: r, pid: 5000 + r }));
+    const starting = pool({ id: 'hvd-1-2', kernel_id: 'k-1', np: 3, state: 'starting', ranks: [] });
+    expect(pendingPool(job, [other, starting])).toBe(starting);
+    expect(pendingDone(job, starting, 3000)).toBe(false);
+    const replaying = { ...starting, state: 'running' as const, ranks, cell: 'replaying setup entry 1 of 2' };
+    expect(pendingDone(job, replaying, 4000)).toBe(false);
+    expect(pendingDone(job, { ...starting, state: 'idle', ranks }, 5000)).toBe(true);
+    // A plain restart keeps its pool: another pool of its kernel is not its own.
+    expect(pendingPool(pending(old, 'restart', 0), [starting])).toBeNull();
+  });
+
+  it('is done when the kernel refused the size (the old ranks run on and the pool says why)', () => {
+    const p = pool({ np: 3, problems: ['the pool watcher failed: OSError'] });
+    const job = pending(p, 'restart', 0, 999);
+    expect(pendingDone(job, p, 1000)).toBe(false);
+    const why = 'the restart asked for from the sidebar failed: -np 999 asks for more ranks than this host runs';
+    expect(pendingDone(job, { ...p, problems: [why, ...p.problems!] }, 2000)).toBe(true);
   });
 });

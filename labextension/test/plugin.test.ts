@@ -4,17 +4,11 @@ import { Widget } from '@lumino/widgets';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 
 import plugin from '../src/index';
+import { IPool } from '../src/model';
 import { requestAPI } from '../src/request';
 import { HvdSidebar } from '../src/sidebar';
 import { pool, rank } from './fixtures';
 
-// What jsdom lacks and JupyterLab's packages use on import: DragEvent (@lumino/dragdrop), matchMedia (the
-// design tokens of @jupyter/web-components).
-vi.hoisted(() => {
-  (globalThis as any).DragEvent ??= class extends MouseEvent {};
-  window.matchMedia ??= (query: string) =>
-    ({ matches: false, media: query, addListener: () => {}, removeListener: () => {} }) as any;
-});
 vi.mock('../src/request', () => ({ requestAPI: vi.fn() }));
 const request = vi.mocked(requestAPI);
 
@@ -123,6 +117,94 @@ describe("the sidebar and the notebooks' kernels", () => {
     expect([state(), step()]).toEqual(['running', '–']);
     expect(sidebar.node.querySelector('.jp-HvdPool-cell')!.textContent).toBe('▶ import time');
     expect(sidebar.node.querySelector('.jp-HvdRank-line')).toBeNull();
+    sidebar.dispose();
+  });
+});
+
+describe("the sidebar's Restart at another number of ranks", () => {
+  /** The Restart dialog once it is open: its size field, typed into as a user does, and its buttons. */
+  async function restartDialog() {
+    await vi.waitFor(() => expect(document.querySelector('.jp-Dialog input')).not.toBeNull());
+    const dialog = document.querySelector('.jp-Dialog') as HTMLElement;
+    const input = dialog.querySelector('input') as HTMLInputElement;
+    const accept = dialog.querySelector('button.jp-mod-accept') as HTMLButtonElement;
+    const type = (text: string) => {
+      input.value = text;
+      input.dispatchEvent(new Event('input', { bubbles: true }));
+    };
+    const lines = () => Array.from(dialog.querySelectorAll('.jp-Dialog-body p')).map(p => p.textContent);
+    return { dialog, input, accept, type, lines };
+  }
+
+  async function sidebarWith(p = pool({ journal_entries: 1, kept: ['model'], snapshots: 1 })) {
+    const { app, added } = fakeApp();
+    await activate(app);
+    const sidebar = added[0].widget as HvdSidebar;
+    request.mockResolvedValue({ pools: [p], now: Date.now() / 1000 });
+    await sidebar.refresh();
+    request.mockClear();
+    request.mockResolvedValue({});
+    return { app, sidebar };
+  }
+
+  it('sends {"np": 3} when the size changes, and waits for the pool at that size', async () => {
+    const { sidebar } = await sidebarWith();
+    const acted = sidebar.act('hvd-1-1', 'restart');
+    const { input, accept, type, lines } = await restartDialog();
+    expect(input.value).toBe('2');
+    type('3');
+    expect(lines()[0]).toBe('Its 2 ranks end and 3 new ranks start in their place, with the same options otherwise.');
+    accept.click();
+    await expect(acted).resolves.toBe(true);
+    expect(request).toHaveBeenCalledWith('pools/hvd-1-1/restart', { method: 'POST', body: '{"np":3}' });
+    expect(sidebar.node.querySelector('.jp-HvdPool-pending')!.textContent).toMatch(
+      /^Restarting the pool at 3 ranks \(asked \d+ s ago\)…$/
+    );
+    sidebar.dispose();
+  });
+
+  it('sends no body for the same size (a plain restart), and nothing at all while the size is not one', async () => {
+    const { sidebar } = await sidebarWith();
+    const acted = sidebar.act('hvd-1-1', 'restart');
+    const { accept, type, dialog } = await restartDialog();
+    type('0');
+    expect(accept.disabled).toBe(true);
+    expect(dialog.querySelector('.jp-HvdConfirm-sizeProblem')!.textContent).toBe('At least 1 rank.');
+    accept.click(); // a disabled button: nothing happens, the dialog stays
+    await new Promise(resolve => setTimeout(resolve, 50));
+    expect(document.querySelector('.jp-Dialog')).not.toBeNull();
+    expect(request).not.toHaveBeenCalled();
+    type('2');
+    expect(accept.disabled).toBe(false);
+    accept.click();
+    await expect(acted).resolves.toBe(true);
+    expect(request).toHaveBeenCalledWith('pools/hvd-1-1/restart', { method: 'POST' });
+    expect(sidebar.node.querySelector('.jp-HvdPool-pending')!.textContent).toMatch(/^Restarting the pool \(asked/);
+    sidebar.dispose();
+  });
+
+  it('shows the new pool its kernel started in the old one\'s place as restarting, then with its new ranks', async () => {
+    const { sidebar } = await sidebarWith();
+    const acted = sidebar.act('hvd-1-1', 'restart');
+    const { accept, type } = await restartDialog();
+    type('3');
+    accept.click();
+    await acted;
+    const ranks = [0, 1, 2].map(r => rank({ rank: r, pid: 6000 + r }));
+    const shown = async (pools: IPool[]) => {
+      request.mockResolvedValue({ pools, now: Date.now() / 1000 });
+      await sidebar.refresh();
+      const box = sidebar.node.querySelector('.jp-HvdPool') as HTMLElement | null;
+      return {
+        id: box?.dataset.poolId,
+        rows: sidebar.node.querySelectorAll('tr.jp-HvdRank').length,
+        pending: sidebar.node.querySelector('.jp-HvdPool-pending')?.textContent?.replace(/\(.*\)/, '()') ?? null
+      };
+    };
+    expect(await shown([])).toEqual({ id: undefined, rows: 0, pending: null }); // between the two pools' files
+    const next = pool({ id: 'hvd-1-2', np: 3, state: 'running', cell: 'replaying setup entry 1 of 1', ranks });
+    expect(await shown([next])).toEqual({ id: 'hvd-1-2', rows: 3, pending: 'Restarting the pool at 3 ranks ()…' });
+    expect(await shown([{ ...next, state: 'idle', cell: null }])).toEqual({ id: 'hvd-1-2', rows: 3, pending: null });
     sidebar.dispose();
   });
 });

@@ -90,6 +90,8 @@ class Pool:
         self.backends = Backends(torch_distributed=options.torch_distributed)  # what the ranks run, once they report
         self._rendezvous: Rendezvous | None = None  # the store this kernel serves to a process group across hosts
         self.coming_back = ""  # what the restart brings back at the moment ("replaying setup entry 2 of 3")
+        # A restart brings back what was kept (Owner.restart): the pool is not idle until that is done.
+        self.bringing_back = False
         self.last_failed: list[int] = []  # the ranks that raised in the last failed cell (%hvd_debug's default)
         self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
 
@@ -163,14 +165,16 @@ class Pool:
             raise PoolError("--ops nccl needs GPUs, and this host has none.", "Use --ops mpi (or auto).")
 
     @classmethod
-    def start(cls, options: HvdPool, keeper: Keeper) -> Pool:
+    def start(cls, options: HvdPool, keeper: Keeper, bringing_back: bool = False) -> Pool:
         """Start controller and engines, initialise Horovod on every engine, return the ready pool, which keeps what
-        `keeper` holds (a new pool's is empty; a stopped pool started again passes its own)."""
+        `keeper` holds (a new pool's is empty; a stopped pool started again passes its own). `bringing_back`: a
+        restart brings that back next, so the pool is shown restarting, not idle, until brought_back()."""
         cls.check(options)
         try:
             pool = cls(options, keeper)
         except state.UnsafeStateDir as exc:
             raise PoolError(str(exc)) from None
+        pool.bringing_back = bringing_back
         pool.file.write(pool)
         pool.launcher.spawn_reaper()
         try:
@@ -439,6 +443,9 @@ class Pool:
 
         publish=False leaves the pool file to the watcher's next round (within a second).
         """
+        if pool_state == "idle" and self.bringing_back:
+            # Between a restart's new engines and the end of its replay and restore: the sidebar waits for idle.
+            pool_state = "restarting"
         self.busy_cell = cell
         self.busy_own = own
         self.state = pool_state
@@ -449,6 +456,12 @@ class Pool:
             r.state = "busy" if pool_state == "running" else "idle"
         if publish:
             self.publish()
+
+    def brought_back(self) -> None:
+        """A restart's replay and restore ended (done, failed or interrupted): the pool, if it runs, is idle again."""
+        self.bringing_back = False
+        if self.state == "restarting" and not self.stopped and self.channel is not None:
+            self.set_state("idle")
 
     def can_rest(self) -> bool:
         """Whether this pool's Horovod may rest when idle (the engines decide alike, from the same environment)."""
