@@ -115,12 +115,13 @@ class Outcome:
     cycle: int
     fault: str
     seconds: float
-    ended: bool  # the cell returned within its bound (plus a margin)
+    ended: bool  # the cell returned (a hang: not within its bound plus 30 s)
     as_expected: bool  # its status and message were the expected ones
     next_cell_ok: bool
     engines: int
     detail: str = ""
     injected: bool = True  # the fault happened as drawn (a signal that found no rank 1 to hit did not)
+    within_bound: bool = True  # it returned within the fault's bound (a figure for bench/fault_campaign.py)
 
 
 def rank_pid(state_dir: Path, kernel_pid: int, rank: int) -> int:
@@ -186,6 +187,7 @@ def campaign(cycles: int, seed: int, state_dir: Path, torch_distributed: bool = 
         "cycles": cycles,
         "seed": seed,
         "hung": sum(not o.ended for o in outcomes),
+        "over_bound": sum(not o.within_bound for o in outcomes),
         "unexpected": [
             o.__dict__ for o in outcomes if not (o.injected and o.as_expected and o.next_cell_ok and o.engines == 2)
         ],
@@ -230,7 +232,8 @@ def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, state_dir: Path, pref
         res = k.run(fault.cell, timeout=fault.bound_s + 30, on_start=inject)
     except TimeoutError:
         k.km.interrupt_kernel()  # a hang: try to get the kernel back for the next cycles
-        return Outcome(cycle, name, time.monotonic() - t0, False, False, False, len(engines_of(prefix)), "hung")
+        took = time.monotonic() - t0
+        return Outcome(cycle, name, took, False, False, False, len(engines_of(prefix)), "hung", within_bound=False)
     took = time.monotonic() - t0
     text = res.error_text + res.stderr
     if fault.ok:
@@ -244,6 +247,10 @@ def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, state_dir: Path, pref
         detail = f"{text[-600:]}\n-- the next cell:\n{(after.error_text + after.stderr)[-400:]}"
     if missed:
         detail = f"the fault was not injected: {missed[0]}\n{detail}"
-    outcome = Outcome(cycle, name, took, took <= fault.bound_s, expected, next_ok, len(engines_of(prefix)), detail)
+    # A cell that ended later than its bound did not hang: how long cells take is bench/fault_campaign.py's figure
+    # (a restart after a fault takes longer on a loaded machine), what the test asserts is that every cell ends.
+    outcome = Outcome(
+        cycle, name, took, True, expected, next_ok, len(engines_of(prefix)), detail, took <= fault.bound_s
+    )
     outcome.injected = not missed
     return outcome
