@@ -14,6 +14,8 @@ import time
 import pytest
 from conftest import Kernel, wait_until_gone
 
+from jupyter_hvd import state
+
 START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2"
 
 
@@ -30,6 +32,26 @@ def interrupt_after(k: Kernel, seconds: float):
 
     def start(_result) -> None:
         threading.Timer(seconds, k.km.interrupt_kernel).start()
+
+    return start
+
+
+def interrupt_while(k: Kernel, doing: str, after: float = 1.0):
+    """on_start callback for Kernel.run: press the stop button `after` seconds into the kernel's pool saying (in its
+    pool file, as the sidebar reads it) that it does `doing`: a moment a fixed delay misses on a loaded machine."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for pool in state.list_pools():
+                if pool.get("kernel_pid") == k.pid and doing in str(pool.get("cell") or ""):
+                    time.sleep(after)
+                    k.km.interrupt_kernel()
+                    return
+            time.sleep(0.05)
+
+    def start(_result) -> None:
+        threading.Thread(target=watch, daemon=True).start()
 
     return start
 
@@ -121,7 +143,8 @@ slow.delay = 0
     assert k.run("%hvd_keep model slow").status == "ok"
     assert k.run("%%hvd\nwith torch.no_grad():\n    model.weight += 1\nslow.delay = 15").status == "ok"
     assert weights(k) != built
-    r = k.run("%hvd_restart", timeout=120, on_start=interrupt_after(k, 7.0))
+    # The snapshot's `slow` takes 15 s to unpickle: the stop button lands while the ranks read the snapshot.
+    r = k.run("%hvd_restart", timeout=120, on_start=interrupt_while(k, "reading the snapshot"))
     assert r.status == "error", r.stdout
     assert "The restart was interrupted while restoring model, slow" in r.error_text, r.error_text
     # Nothing of the snapshot was put in place, on any rank.
