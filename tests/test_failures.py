@@ -180,7 +180,7 @@ class FakePool:
         self.dead: list[int] = []
         self._on_interrupt = on_interrupt
 
-    def set_state(self, pool_state: str, cell: str | None = None, publish: bool = True) -> None:
+    def set_state(self, pool_state: str, cell: str | None = None, publish: bool = True, own: bool = False) -> None:
         self.state = pool_state
 
     def update_rank_stats(self, stats: dict[int, dict[str, Any]], publish: bool = True) -> None:
