@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import pickle
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -490,15 +489,14 @@ class CellRun:
     # ---- result --------------------------------------------------------------------------------------------
 
     def _stopped_where(self, ranks: list[int]) -> str:
-        """': rank 0 at cell line 4: hvd.allreduce(...)' for stopped ranks whose interrupt named a line of the cell
-        (numbered as the notebook numbers it, the %%hvd line 1, as tracebacks and where.py do)."""
+        """': rank 0 at Cell In[7], line 4: hvd.allreduce(...)' for stopped ranks whose interrupt named a line of a
+        cell (named by the engine as its tracebacks name it)."""
         places: dict[str, list[int]] = {}
         for rank in ranks:
             record = self.runs[rank].record
             where = (record.error if record else None) or {}
             if where.get("where"):
-                said = re.sub(r"^line (\d+)", lambda m: f"cell line {int(m[1]) + 1}", where["where"])
-                places.setdefault(said, []).append(rank)
+                places.setdefault(where["where"], []).append(rank)
         if not places:
             return "."
         return ":\n" + "\n".join(f"  {format_ranks(rs)} at {w}" for w, rs in places.items())

@@ -1,8 +1,8 @@
 """Where every rank is, in the user's words: the cell line and function, the collective it waits in, identical places
 grouped, library frames folded unless asked for:
 
-    ranks 0,2,3: waiting in allreduce 'grad_sync' (cell line 6)
-    rank 1: in load_batch() (cell line 3) -> time.sleep(1)
+    ranks 0,2,3: waiting in allreduce 'grad_sync' (Cell In[7], line 6)
+    rank 1: in load_batch() (Cell In[7], line 3) -> time.sleep(1)
 
 Shown when the stop button ends a running cell, when Horovod reports a stall, by %hvd_where and by the sidebar's
 Where (the pool file's `where`). Each rank answers from a thread of its own (engine/diagnose/where.py), without being
@@ -30,6 +30,7 @@ from ... import state, wire
 from .. import failures
 from ..asks import Asks
 from ..channel import CellChannel, ChannelError
+from ..errors import frame_location
 from ..launch.hosts import is_this_host
 from ..launch.pool_file import PoolFile
 from ..ranks import Rank, format_ranks
@@ -51,38 +52,37 @@ class Pool(failures.Processes, Protocol):
     def publish(self) -> None: ...
 
 
-def at(frame: wire.Frame, cell: int | None) -> str:
-    """'cell line 6' (as the notebook numbers the running cell's lines: %%hvd is line 1), 'line 3 of an earlier cell'
-    (a function defined there), or 'data.py:12'."""
-    number = wire.cell_number(frame["file"])
-    if number is None:
-        return f"{Path(frame['file']).name}:{frame['line']}" if frame["line"] else Path(frame["file"]).name
-    line = frame["line"] + 1
-    return f"cell line {line}" if number == cell else f"line {line} of an earlier cell"
+def at(frame: wire.Frame) -> str:
+    """'Cell In[7], line 6' (a cell's frame, named as tracebacks and pdb name it), or 'data.py:12'."""
+    in_cell = frame_location(frame["file"], frame["line"])
+    if in_cell is not None:
+        return in_cell
+    return f"{Path(frame['file']).name}:{frame['line']}" if frame["line"] else Path(frame["file"]).name
 
 
 def describe(place: wire.Place, full: bool = False) -> str:
-    """One rank's place in words: "waiting in allreduce 'x' (cell line 6)", 'in f() (cell line 3) -> time.sleep(1)';
+    """One rank's place in words: "waiting in allreduce 'x' (Cell In[7], line 6)", 'in f() (Cell In[7], line 3) ->
+    time.sleep(1)';
     with `full`, every frame below on lines of their own."""
     if place.cell is None and not place.debugger:
         return "idle (no cell running)"
     frames = place.frames
     user = [i for i, f in enumerate(frames) if not f["library"]]
     last = frames[user[-1]] if user else None
-    spot = ""  # 'in load_batch() (cell line 3)', or 'at cell line 6' in the cell itself
+    spot = ""  # 'in load_batch() (Cell In[7], line 3)', or 'at Cell In[7], line 6' in the cell itself
     if last is not None:
-        where = at(last, place.cell)
+        where = at(last)
         spot = f"at {where}" if last["function"] == "<module>" else f"in {last['function']}() ({where})"
     if place.debugger:
         text = f"in the debugger (pdb){' ' + spot if spot else ''}"
     elif place.waiting:
         text = f"waiting in {place.waiting}"
         if last is not None:
-            text += f" ({at(last, place.cell)})" if spot.startswith("at ") else f" {spot}"
+            text += f" ({at(last)})" if spot.startswith("at ") else f" {spot}"
     else:
         text = f"{spot or 'in library code'}{_tail(frames, user[-1] if user else -1)}"
     if full:
-        text += "".join(f"\n      {_frame(f, place.cell)}" for f in frames) or "\n      (no Python frames)"
+        text += "".join(f"\n      {_frame(f)}" for f in frames) or "\n      (no Python frames)"
     return text
 
 
@@ -106,9 +106,9 @@ def _name(frame: wire.Frame) -> str:
     return f"{_module(frame['file'])}.{frame['function']}"
 
 
-def _frame(f: wire.Frame, cell: int | None) -> str:
+def _frame(f: wire.Frame) -> str:
     if wire.cell_number(f["file"]) is not None:
-        return f"{f['function']} ({at(f, cell)})"
+        return f"{f['function']} ({at(f)})"
     return f"{f['function']} ({f['file']}{':' + str(f['line']) if f['line'] else ''})"
 
 
