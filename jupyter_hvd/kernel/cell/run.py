@@ -421,22 +421,29 @@ class CellRun:
         if not set(self.pool.engine_ids()) <= set(client.ids):
             self._check_liveness()
             raise PoolLost(Dead.of("an engine left the pool", []))
-        if self.reason in ("interrupt", "mismatch"):
-            # The ranks still running get their SIGINT before any rank joins: a join lets the collective a running
-            # rank waits in complete, and that rank would go on with its cell before the signal lands.
-            self._advance_wind_down()
+        self._advance_wind_down()
+
+    def _send_joins(self) -> None:
+        """Ask every rank to leave Horovod's collectives once its cell has ended (the Join waits behind the cell on
+        the channel). After an interrupt, not before every rank still running has its SIGINT: a join lets the
+        collective a running rank waits in complete, and that rank would go on with its cell (a print, a step)
+        before a signal still on its way lands. Sending the Interrupt first is not enough: it goes to another rank
+        than the join, whose release can come first under load. Once taken, the signal is pending on the rank's main
+        thread and raises there the moment the collective returns."""
+        if self.reason in ("interrupt", "mismatch") and any(
+            r.state == "running" and not (r.interrupt_taken or r.signal_sent) for r in self.runs.values()
+        ):
+            return
         channel = self.pool.channel
         assert channel is not None
         for run in self.runs.values():
             if not run.join_sent:
-                # Behind the rank's cell on the channel: it runs the moment that rank's cell ends.
                 try:
                     channel.send(run.rank, wire.Join(self.number))
                 except ChannelError as exc:
                     self._check_liveness()
                     raise PoolLost(Unsent.of(run.rank, "asked to leave Horovod's collectives", exc)) from None
                 run.join_sent = True
-        self._advance_wind_down()
 
     def _advance_wind_down(self) -> None:
         now = time.monotonic()
@@ -459,6 +466,7 @@ class CellRun:
             self.pool.signal_interrupt([r.rank for r in deaf])
             for r in deaf:
                 r.signal_sent = True
+        self._send_joins()
         if self.pool.torch_distributed:
             signaled = {
                 r.rank: (r.signaled_at, r.waiting)
