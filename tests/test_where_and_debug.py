@@ -76,6 +76,24 @@ def where_in_pool_file(k: Kernel, newer_than: float = 0.0) -> dict:
     return pool_file(k)["where"]
 
 
+def test_a_rank_names_the_collective_of_the_frames_it_read(monkeypatch):
+    # A rank's main thread runs on while its own reading thread takes the picture: here it leaves 'before_bp' (line 1)
+    # for 'after_bp' (line 4) meanwhile: the picture names one collective with its own line, never 'after_bp' at line 1.
+    from jupyter_hvd.engine import collectives
+    from jupyter_hvd.engine.diagnose import where as on_the_rank
+
+    def wait(name: str, number: int, waited: float) -> dict:
+        return {"name": name, "number": number, "waited": waited, "kind": "allreduce"}
+
+    waits = iter([wait("before_bp", 0, 1.0), *(wait("after_bp", 1, t) for t in (0.0, 0.1, 0.2))])
+    frames = iter([[{"file": "<hvd-cell-5>", "line": line, "function": "<module>", "code": "", "library": False}]
+                   for line in (1, 4)])  # fmt: skip
+    monkeypatch.setattr(collectives, "main_thread_wait", lambda at_least=0.0: next(waits))
+    monkeypatch.setattr(on_the_rank, "_main_frames", lambda: next(frames))
+    place = on_the_rank.place(0, 1, 5, False)
+    assert (place.waiting, place.frames[-1]["line"]) == ("allreduce 'after_bp'", 4)
+
+
 def test_the_stop_button_on_a_stuck_cell_names_where_each_rank_is(kernel):
     k = kernel
     n = prompt(k)
@@ -289,6 +307,8 @@ def test_q_or_the_stop_button_at_a_breakpoints_prompt_ends_the_cell_on_every_ran
     healthy(k)
 
     def stop_instead(_prompt: str) -> None:
+        # Rank 1 at its prompt has passed 'before_bp'; rank 0, on a loaded machine, may still be on its way out of it.
+        time.sleep(1.5)
         k.km.interrupt_kernel()
 
     n = prompt(k)
