@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import pickle
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +24,8 @@ from IPython.display import display
 from ... import wire
 from ...digest import Digest
 from ...widgets import CellView, plain_view
-from .. import failures
-from ..asks import Asks
+from .. import failures, tell
+from ..asks import Ask, Asks
 from ..channel import ChannelError
 from ..diagnose import debugger, where
 from ..errors import CellFailed, group_errors, name_cell
@@ -122,6 +121,7 @@ class CellRun:
         self._stall_said = False
         self._in_debugger: set[int] = set()  # ranks a breakpoint() holds in pdb (wire.Debugging)
         self.interrupted_by = ""  # "from the sidebar": who pressed stop, when it was not the notebook's button
+        self.ended_for: Ask | None = None  # the sidebar's Restart or Stop, which ended the cell to be carried out
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
@@ -132,14 +132,14 @@ class CellRun:
         # What failed on the ranks between cells (a snapshot that could not be written, a user's thread) is said here.
         new = list(itertools.takewhile(lambda p: p is not self.pool.newest_problem_shown, channel.problems))
         for rank, text in reversed(new):
-            print(f"jupyter-hvd: rank {rank}: {text}", file=sys.stderr, flush=True)
+            tell.warning(f"rank {rank}: {text}")
         if channel.between:  # what the ranks printed between cells (a user's thread, Horovod's warnings)
             by_rank: dict[int, str] = {}
             for rank, _, text in channel.between:
                 by_rank[rank] = by_rank.get(rank, "") + text
             channel.between.clear()
             for rank, text in sorted(by_rank.items()):
-                print(f"jupyter-hvd: rank {rank} printed between cells:\n{text.rstrip()}", file=sys.stderr, flush=True)
+                tell.warning(f"rank {rank} printed between cells:\n{text.rstrip()}")
         for r in self.pool.ranks:
             self.runs[r.rank] = _RankRun(r.rank)
         try:
@@ -245,8 +245,10 @@ class CellRun:
             self._next_liveness_check = time.monotonic() + TICK_S
             self._check_liveness()
         asks = self.asks
-        if asks is not None and asks.ending() is not None and self.reason is None:  # Interrupt, Restart or Stop
+        ending = asks.ending() if asks is not None else None
+        if ending is not None and self.reason is None:  # Interrupt, Restart or Stop
             self.interrupted_by = "from the sidebar"
+            self.ended_for = ending.ask if ending.ask in (Ask.RESTART, Ask.STOP) else None
             self._begin_wind_down("interrupt")
         if asks is not None and asks.where() is not None and self.reason is None:  # Where: said under the cell
             full = asks.take_where()
@@ -264,7 +266,7 @@ class CellRun:
 
     def _handle(self, ev: wire.Event) -> None:
         if isinstance(ev, wire.Problem):  # whichever cell it came from (or none): said now, under this one
-            print(f"jupyter-hvd: rank {ev.rank}: {ev.text}", file=sys.stderr, flush=True)
+            tell.warning(f"rank {ev.rank}: {ev.text}")
             return
         run = self.runs.get(ev.rank)
         if getattr(ev, "cell", None) != self.number or run is None:
@@ -318,11 +320,9 @@ class CellRun:
         if ev.active and ev.rank not in self._in_debugger:
             self._in_debugger.add(ev.rank)
             if self.options.interactive:  # a replay's breakpoint() goes on by itself
-                print(
-                    f"jupyter-hvd: rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in "
-                    "the input box (c continues, q stops the cell); the other ranks go on until they wait for it.",
-                    file=sys.stderr,
-                    flush=True,
+                tell.news(
+                    f"rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in the input box "
+                    "(c continues, q stops the cell); the other ranks go on until they wait for it."
                 )
         elif not ev.active:
             self._in_debugger.discard(ev.rank)
@@ -336,9 +336,9 @@ class CellRun:
         try:
             text = where.report(self.pool, why, full, self._handle, (self.number, self.source), ended)
         except KeyboardInterrupt:
-            print("jupyter-hvd: where the ranks were: not asked (interrupted).", file=sys.stderr, flush=True)
+            tell.news("where the ranks were: not asked (interrupted).")
             return
-        print(f"jupyter-hvd: where the ranks were when {why}:\n{where.indented(text)}", file=sys.stderr, flush=True)
+        tell.news(f"where the ranks were when {why}:\n{where.indented(text)}")
 
     def _note_stall(self, text: str) -> None:
         """Horovod's stall inspector (rank 0's stderr, while rank 0's cell runs): the ranks it leaves waiting are
@@ -545,6 +545,9 @@ class CellRun:
         stopped = sorted(r.rank for r in self.runs.values() if r.state == "stopped" or r.signaled_at)
         if isinstance(self.ended_by, OverTime):
             parts.append(self.ended_by.message)
+        elif self.ended_for is not None and not errors and not exits:  # not an interrupt: what the user asked for
+            what = "Restart" if self.ended_for is Ask.RESTART else "Stop"
+            parts.append(f"The sidebar's {what} stopped this cell: {format_ranks(stopped or list(self.runs))} stopped.")
         elif self.reason == "interrupt" and not errors and not exits:
             by = f" {self.interrupted_by}" if self.interrupted_by else ""
             parts.append(f"Interrupted{by}: {format_ranks(stopped or list(self.runs))} stopped.")
@@ -562,7 +565,8 @@ class CellRun:
                 f"{format_ranks(finished_late)} ran to the end, but collectives after the error completed without "
                 "the failed ranks (they had left them): treat what this cell computed there as invalid."
             )
-        hint = "" if lost is not None else "The pool is ready for the next %%hvd cell."
+        # After the sidebar's Restart or Stop the owner says what became of the pool.
+        hint = "" if lost is not None or self.ended_for is not None else "The pool is ready for the next %%hvd cell."
         interrupted = self.reason == "interrupt" and not errors and self.ended_by is None
         raise CellFailed("\n\n".join(parts), hint, interrupted=interrupted, lost=lost)
 
