@@ -349,7 +349,9 @@ class CellRun:
             for rank, tensors in failures.stalled(text, running).items()
         }
         self.pool.update_rank_stats(stalled)
-        if stalled and not self._stall_said:
+        # A stall reported once the cell winds down is that wind-down's own (ranks that left, others signalled): asking
+        # where the ranks are then would take up to ANSWER_S + PYSPY_S of the wind-down's --fail-timeout.
+        if stalled and not self._stall_said and self.reason is None:
             self._stall_said = True
             self._say_where("Horovod reported a stall", self.options.where_full)
 

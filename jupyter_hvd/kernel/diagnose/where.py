@@ -148,15 +148,18 @@ def ask(
         return {}
     meanwhile: list[wire.Event] = []  # handed on after the picture: handling one may wait (a pdb prompt does)
     try:
-        places = _answers(pool, channel, meanwhile)
+        n, places = _answers(pool, channel, meanwhile)
+        silent = [r for r in pool.ranks if r.rank not in places]
+        outside = _from_outside(pool, silent, full, source) if silent else {}
+        # A rank slow to answer on a loaded machine (not busy in native code) answers while py-spy reads it: its own
+        # answer is the better picture.
+        places.update(_arrived(channel, n, meanwhile))
         lines = {rank: describe(place, full) for rank, place in places.items()}
         for rank, place in places.items():
             if source is not None and place.cell is None and not place.debugger:
                 # The cell was sent: this rank is done with it, or has not begun it (busy with what came before).
                 lines[rank] = (ended or {}).get(rank, "has not begun this cell yet")
-        silent = [r for r in pool.ranks if r.rank not in lines]
-        if silent:
-            lines.update(_from_outside(pool, silent, full, source))
+        lines.update({rank: line for rank, line in outside.items() if rank not in lines})
     finally:
         if other is not None:
             for event in meanwhile:
@@ -164,8 +167,9 @@ def ask(
     return lines
 
 
-def _answers(pool: Pool, channel: CellChannel, meanwhile: list[wire.Event]) -> dict[int, wire.Place]:
-    """The ranks' own answers to a new Where, within ANSWER_S; other events that arrive go to `meanwhile`."""
+def _answers(pool: Pool, channel: CellChannel, meanwhile: list[wire.Event]) -> tuple[int, dict[int, wire.Place]]:
+    """The ranks' own answers to a new Where (its number, and the answers by rank), within ANSWER_S; other events
+    that arrive go to `meanwhile`."""
     n = next(_numbers)
     asked = []
     for r in pool.ranks:
@@ -183,6 +187,20 @@ def _answers(pool: Pool, channel: CellChannel, meanwhile: list[wire.Event]) -> d
                 places[event.rank] = event
         elif event is not None:
             meanwhile.append(event)
+    return n, places
+
+
+def _arrived(channel: CellChannel, n: int, meanwhile: list[wire.Event]) -> dict[int, wire.Place]:
+    """Answers to Where `n` already received, without waiting; other events go to `meanwhile`."""
+    places: dict[int, wire.Place] = {}
+    event = channel.receive(0)
+    while event is not None:
+        if isinstance(event, wire.Place):
+            if event.n == n:
+                places[event.rank] = event
+        else:
+            meanwhile.append(event)
+        event = channel.receive(0)
     return places
 
 
