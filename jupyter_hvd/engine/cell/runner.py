@@ -247,6 +247,15 @@ def _formatted(exc: BaseException, tb: Any, colors: bool) -> str:
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def warm_up() -> None:
+    """Format a first exception: IPython's formatter imports and prepares what it needs at its first use (0.1 s),
+    which would otherwise delay a cell's first error on this rank."""
+    try:
+        raise ValueError("warm-up")
+    except ValueError as exc:
+        _formatted(exc, exc.__traceback__, colors=True)
+
+
 def leave_collectives() -> dict[str, Any]:
     """Join Horovod's collectives so peers still waiting in one are released, then wait for every rank.
 
