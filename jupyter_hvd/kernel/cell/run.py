@@ -53,6 +53,7 @@ TAKE_INTERRUPT_S = 0.5  # a rank's reading thread takes an Interrupt within mill
 # A cell still running after this is shown as running in the sidebar at once. Shorter cells are left to the watcher's
 # next round: waking its thread at each start and end took the GIL from the dispatch (an empty cell: +1.3 ms).
 SHOW_RUNNING_AFTER_S = 0.1
+QUIET_S = 5.0  # a cell whose ranks sent nothing for this long says what they do, and again as often while quiet
 _cell_numbers = itertools.count(1)
 # Where a rank is that is done with the running cell, in words (CellRun's _RankRun.state).
 _ENDED = {"ok": "finished the cell", "error": "the cell raised an error there", "stopped": "stopped", "dead": "dead"}
@@ -120,6 +121,10 @@ class CellRun:
         self._shown_running = False
         self._stall_said = False
         self._in_debugger: set[int] = set()  # ranks a breakpoint() holds in pdb (wire.Debugging)
+        self._heard = self._started  # when a rank last sent output, metrics or a display
+        self._glimpse: where.Glimpse | None = None  # where the ranks are, asked because the cell is quiet
+        self._glimpsed = 0.0  # when the last glimpse was asked
+        self._doing_said = False  # the view says what the ranks do (until they send something)
         self.interrupted_by = ""  # "from the sidebar": who pressed stop, when it was not the notebook's button
         self.ended_for: Ask | None = None  # the sidebar's Restart or Stop, which ended the cell to be carried out
 
@@ -256,6 +261,7 @@ class CellRun:
                 self._say_where("the sidebar asked", full)
         if self.reason is None and not self._in_debugger:  # a rank in pdb keeps the others waiting, on purpose
             self._check_mismatch()
+            self._glance()
         limit = self.options.time_limit
         if self.reason is None and limit is not None and time.monotonic() - self._started > limit:
             self.ended_by = OverTime.of(limit)
@@ -267,6 +273,10 @@ class CellRun:
     def _handle(self, ev: wire.Event) -> None:
         if isinstance(ev, wire.Problem):  # whichever cell it came from (or none): said now, under this one
             tell.warning(f"rank {ev.rank}: {ev.text}")
+            return
+        if isinstance(ev, wire.Place):  # a rank's answer to a glimpse (a rank done with the cell answers too)
+            if self._glimpse is not None:
+                self._glimpse.take(ev)
             return
         run = self.runs.get(ev.rank)
         if getattr(ev, "cell", None) != self.number or run is None:
@@ -284,6 +294,7 @@ class CellRun:
             else:
                 debugger.answer(self.pool, ev)  # the stop button there: KeyboardInterrupt, as anywhere in the wait
         elif isinstance(ev, wire.Output):
+            self._heard_from()
             chunk = self.digest.feed(ev.rank, ev.stream, ev.text)
             self.figures.lines(chunk)
             if ev.stream == "stderr":
@@ -293,9 +304,12 @@ class CellRun:
                     self._note_stall(self._stderr_tail)
             self.view.output(chunk)
         elif isinstance(ev, wire.Metrics):
+            if any(isinstance(r, dict) and "pace" not in r for r in ev.records):  # pace timing alone is no news
+                self._heard_from()
             self.figures.records(ev.rank, ev.records)
             self.view.metrics(ev.rank, ev.records)
         elif isinstance(ev, wire.Display):
+            self._heard_from()
             self.view.display(ev.rank, ev.data, ev.metadata)
         elif isinstance(ev, wire.CellEnded):
             if run.state == "running":
@@ -314,6 +328,30 @@ class CellRun:
             self.unclean_join = self.unclean_join or UncleanJoin.detect(
                 ev.rank, ev.ok, ev.in_flight, (ev.error or {}).get("ename")
             )
+
+    def _heard_from(self) -> None:
+        self._heard = time.monotonic()
+        if self._doing_said:
+            self._doing_said = False
+            self.view.activity(None)
+
+    def _glance(self) -> None:
+        """After QUIET_S without a word from any rank, the view says what they do (where each is: in a collective and
+        which, in the user's code, done), asked again every QUIET_S while they stay quiet (kernel/diagnose/where.py);
+        the answers come among the cell's events."""
+        now = time.monotonic()
+        glimpse = self._glimpse
+        if glimpse is not None:
+            if glimpse.done():
+                self._glimpse = None
+                quiet = now - self._heard
+                if quiet >= QUIET_S:
+                    ended = {r.rank: _ENDED.get(r.state, r.state) for r in self.runs.values() if r.state != "running"}
+                    self.view.activity(f"nothing printed for {quiet:.0f} s; the ranks:\n{glimpse.text(ended)}")
+                    self._doing_said = True
+        elif now - self._heard >= QUIET_S and now - self._glimpsed >= QUIET_S:
+            self._glimpse = where.Glimpse(self.pool)
+            self._glimpsed = now
 
     def _note_debugging(self, ev: wire.Debugging) -> None:
         """Who is in the debugger: said under the cell, and the rank's state in the sidebar."""

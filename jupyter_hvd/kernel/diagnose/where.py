@@ -204,6 +204,51 @@ def _arrived(channel: CellChannel, n: int, meanwhile: list[wire.Event]) -> dict[
     return places
 
 
+class Glimpse:
+    """Where every rank is, asked without waiting while a cell runs quiet: the answers come among the cell's events
+    (the cell hands them to `take`); a rank that does not answer within ANSWER_S is not read from outside (py-spy
+    pauses it, too much for a look taken every few seconds)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.n = next(_numbers)
+        self.asked = time.monotonic()
+        self.ranks: list[int] = []
+        self.places: dict[int, wire.Place] = {}
+        channel = pool.channel
+        for r in pool.ranks:
+            if channel is None:
+                break
+            try:
+                channel.send(r.rank, wire.Where(self.n))
+                self.ranks.append(r.rank)
+            except ChannelError:
+                pass  # a rank that died: the cell's liveness check says so
+
+    def take(self, place: wire.Place) -> None:
+        """A rank's answer (answers to another Where are left alone)."""
+        if place.n == self.n:
+            self.places[place.rank] = place
+
+    def done(self) -> bool:
+        """Whether every rank answered, or ANSWER_S passed."""
+        return len(self.places) >= len(self.ranks) or time.monotonic() - self.asked > ANSWER_S
+
+    def text(self, ended: dict[int, str]) -> str:
+        """The ranks' places, grouped; `ended`: what the ranks that are done with the cell did, in words."""
+        lines = {}
+        for rank in self.ranks:
+            place = self.places.get(rank)
+            if rank in ended:
+                lines[rank] = ended[rank]
+            elif place is None:
+                lines[rank] = "not answering (busy in native code, or the machine is busy)"
+            elif place.cell is None and not place.debugger:
+                lines[rank] = "has not begun this cell yet"
+            else:
+                lines[rank] = describe(place)
+        return grouped(lines)
+
+
 def _from_outside(pool: Pool, silent: list[Rank], full: bool, source: tuple[int, str] | None) -> dict[int, str]:
     """Ranks that did not answer, named for why, with the stack py-spy reads where it can."""
     found_dead, found_frozen = failures.Dead.among(pool), failures.Frozen.among(pool)
