@@ -533,7 +533,7 @@ def test_a_quiet_cell_says_what_its_ranks_do(live: Kernel) -> None:
     assert said, "the view never said what the ranks do"
     t, text = said[0]
     assert t - run.started < QUIET_S + 4, f"said {t - run.started:.1f} s into the cell"
-    assert text.startswith("nothing printed for "), text
+    assert text.startswith("no output yet; where the ranks are:\n"), text
     assert f"rank 0: waiting in allreduce 'grad_sync' (Cell In[{n}], line 6)" in text, text
     assert f"rank 1: in load_batch() (Cell In[{n}], line 3) -> time.sleep(14)" in text, text
     assert "again" not in text and "restart" not in text, text  # Horovod waking from its rest is no restart
@@ -544,7 +544,8 @@ def test_a_quiet_cell_without_widgets_says_it_runs_and_what_its_ranks_do(live: K
     live.run("%config HvdPool.live_view = 'text'")
     try:
         n = prompt(live)
-        run = live.run(STUCK.format(seconds=9), timeout=90)
+        time.sleep(4)
+        run = live.run(STUCK.format(seconds=9).replace(", name='grad_sync'", ""), timeout=90)
     finally:
         live.run("%config HvdPool.live_view = 'widget'")
     assert run.error is None, run.error_text
@@ -552,8 +553,9 @@ def test_a_quiet_cell_without_widgets_says_it_runs_and_what_its_ranks_do(live: K
     text = first["content"]["data"]["text/plain"]
     assert shown - run.started < 1.8 and text.startswith("[jupyter-hvd] running · 2 ranks · "), text
     updated = [m["content"]["data"]["text/plain"] for _, m in run.of("update_display_data")]
-    quiet = [u for u in updated if "nothing printed for" in u]
-    assert quiet and f"rank 0: waiting in allreduce 'grad_sync' (Cell In[{n}], line 6)" in quiet[-1], updated
+    quiet = [u for u in updated if "no output yet; where the ranks are:" in u]
+    # Horovod rested (idle past --rest-after), and starts again for an op of a tensor it has not named yet.
+    assert quiet and f"rank 0: waiting in allreduce (an unnamed tensor) (Cell In[{n}], line 6)" in quiet[-1], updated
     outputs = saved_outputs(run)
     assert len(outputs) == 1, outputs  # one output, which became the final status line
     (final,) = outputs

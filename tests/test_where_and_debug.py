@@ -94,6 +94,16 @@ def test_a_rank_names_the_collective_of_the_frames_it_read(monkeypatch):
     assert (place.waiting, place.frames[-1]["line"]) == ("allreduce 'after_bp'", 4)
 
 
+def test_a_collective_is_named_by_its_tensor_or_said_to_have_none():
+    from jupyter_hvd.engine.diagnose.where import waiting
+
+    assert waiting({"name": "grad_sync", "kind": "allreduce"}) == "allreduce 'grad_sync'"
+    # While Horovod starts again for an unnamed op, before it names the tensor 'allreduce.noname.N'.
+    assert waiting({"name": "allreduce", "kind": "allreduce"}) == "allreduce (an unnamed tensor)"
+    assert waiting({"name": "dist.all_reduce", "kind": ""}) == "dist.all_reduce"
+    assert waiting(None) == ""
+
+
 def test_the_stop_button_on_a_stuck_cell_names_where_each_rank_is(kernel):
     k = kernel
     n = prompt(k)

@@ -96,7 +96,7 @@ describe("the live view widget", () => {
     });
     const activity = () => el.querySelector(".jhvd-activity");
     expect(activity().style.display).toBe("none");
-    const said = "no output for 6 s:\nrank 0: waiting in allreduce 'grad' (Cell In[7], line 6)";
+    const said = "no output yet; where the ranks are:\nrank 0: waiting in allreduce 'grad' (Cell In[7], line 6)";
     model.emit("msg:custom", update(1, "running", said), []);
     await frame();
     expect([activity().textContent, activity().style.display]).toEqual([said, ""]);

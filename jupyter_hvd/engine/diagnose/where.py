@@ -37,10 +37,18 @@ def place(rank: int, n: int, cell: int | None, debugging: bool) -> Place:
         wait = collectives.main_thread_wait(at_least=0.0)
         if _same_wait(before, wait):
             break
-    waiting = ""
-    if wait is not None:
-        waiting = f"{wait['kind']} '{wait['name']}'" if wait.get("kind") else wait["name"]
-    return Place(rank, n, cell, frames, waiting, debugging)
+    return Place(rank, n, cell, frames, waiting(wait), debugging)
+
+
+def waiting(wait: dict[str, Any] | None) -> str:
+    """A collective in words: "allreduce 'grad_sync'", 'allreduce (an unnamed tensor)' (where Horovod starts again
+    for it, before it names the tensor), 'dist.all_reduce', or '' for none."""
+    if wait is None:
+        return ""
+    kind, name = wait.get("kind"), wait["name"]
+    if not kind:
+        return str(name)
+    return f"{kind} '{name}'" if name != kind else f"{kind} (an unnamed tensor)"
 
 
 def _same_wait(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:

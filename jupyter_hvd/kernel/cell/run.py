@@ -347,7 +347,9 @@ class CellRun:
                 quiet = now - self._heard
                 if quiet >= QUIET_S:
                     ended = {r.rank: _ENDED.get(r.state, r.state) for r in self.runs.values() if r.state != "running"}
-                    self.view.activity(f"nothing printed for {quiet:.0f} s; the ranks:\n{glimpse.text(ended)}")
+                    heard = self._heard - self._started
+                    since = f"since {heard:.0f} s into the cell" if heard > 0 else "yet"
+                    self.view.activity(f"no output {since}; where the ranks are:\n{glimpse.text(ended)}")
                     self._doing_said = True
         elif now - self._heard >= QUIET_S and now - self._glimpsed >= QUIET_S:
             self._glimpse = where.Glimpse(self.pool)
