@@ -304,7 +304,8 @@ class CellRun:
                     self._note_stall(self._stderr_tail)
             self.view.output(chunk)
         elif isinstance(ev, wire.Metrics):
-            if any(isinstance(r, dict) and "pace" not in r for r in ev.records):  # pace timing alone is no news
+            records = ev.records if isinstance(ev.records, list) else [ev.records]
+            if any(isinstance(r, dict) and "pace" not in r for r in records):  # pace timing alone is no news
                 self._heard_from()
             self.figures.records(ev.rank, ev.records)
             self.view.metrics(ev.rank, ev.records)
