@@ -318,3 +318,28 @@ def wrap_display_publisher(shell: Any, wrap: Callable[[Callable[..., Any]], Call
             f"this IPython ({_version('ipython')}) has no display publisher: display() in %%hvd cells cannot be routed"
         )
     publisher.publish = wrap(publisher.publish)
+
+
+# ---- IPython: cells named as the notebook names them -----------------------------------------------------------
+
+
+def name_cell(shell: Any, filename: str, count: int | None) -> None:
+    """Have IPython's tracebacks name code compiled under `filename` `Cell In[count]`, as it names a notebook cell
+    (`In[ ]`: a cell without a prompt).
+
+    IPython keeps that name in its compiler's private `_filename_map` (CachingCompiler.cache fills it for its own
+    cells, under a file name it chooses); `format_code_name`, its public reader, formats what is there.
+    """
+    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    if not isinstance(names, dict):
+        raise CompatError(
+            f"this IPython ({_version('ipython')}) has no CachingCompiler._filename_map: tracebacks of %%hvd cells "
+            "name their file instead of the cell's prompt"
+        )
+    names[filename] = count if count is not None else " "
+
+
+def cell_prompt(shell: Any, filename: str) -> str | None:
+    """'In[7]' for code of the notebook cell In[7] (`name_cell`), None for any other file."""
+    named = shell.compile.format_code_name(filename) if shell is not None else None
+    return named[1] if named else None

@@ -619,6 +619,13 @@ def cell_number(filename: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def cell_place(prompt: str, line: int, function: str | None = None) -> str:
+    """A place in a cell in IPython's own words: 'Cell In[7], line 4' (', in f()' inside a function). `prompt` is the
+    cell's, 'In[7]'; `line` counts the cell's body, its first line after `%%hvd` line 1, as the engines compile it."""
+    inside = f", in {function}()" if function and function != "<module>" else ""
+    return f"Cell {prompt}, line {line}{inside}"
+
+
 def library_file(filename: str) -> bool:
     """Whether a frame's file is not the user's: the standard library, an installed package, jupyter-hvd's own, or
     code without a file (`<frozen ...>`, `<string>`); a cell's and the user's own files are not."""

@@ -4,6 +4,8 @@ whether Horovod may rest never block each other.
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from pathlib import Path
 
@@ -45,7 +47,7 @@ def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_repl
         said = ""
         while time.monotonic() < deadline and "restarted from the sidebar" not in said:
             time.sleep(1)
-            said = k.run("%%hvd\nprint('x', x)").stderr
+            said = k.run("%%hvd\nprint('x', x)").stdout
         assert "the pool was restarted from the sidebar at" in said and "replayed 1 setup cell" in said, said
         # Stop from the sidebar while the replay of a restart runs: said, no AssertionError.
         slow.touch()
@@ -63,6 +65,32 @@ def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_repl
         r = k.run("%%hvd\nx")
         assert "AssertionError" not in r.error_text + r.stderr, r.error_text
         assert "stopped from the sidebar" in r.stderr + r.error_text, r.stderr + r.error_text
+    finally:
+        k.shutdown()
+    assert wait_until_gone(f"hvd-{k.pid}-") == []
+
+
+def test_the_sidebars_restart_during_a_cell_ends_it_as_a_restart_not_an_interrupt():
+    k = Kernel()
+    try:
+        r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
+        assert r.status == "ok", r.error_text
+        assert k.run("%%hvd --setup\nx = 1").status == "ok"
+        pool_id = k.run("from jupyter_hvd.kernel.owner import current\nprint(current().id)").stdout.strip()
+
+        def restart_soon(_result) -> None:
+            threading.Timer(3.0, state.request_action, (pool_id, "restart")).start()
+
+        r = k.run("%%hvd\nimport time\ntime.sleep(60)", on_start=restart_soon, timeout=120)
+        assert r.status == "error"  # the cell did not run to its end: a Run All stops here
+        text = re.sub(r"\x1b\[[0-9;]*m", "", r.error_text)
+        assert "Interrupted" not in text, text
+        assert "The sidebar's Restart stopped this cell: ranks 0-1 stopped." in text, text
+        # What the restart did is the last word, once, and nothing of it is a warning on the red background.
+        last = text.strip().splitlines()[-1]
+        assert last.startswith("The pool was restarted from the sidebar") and "replayed 1 setup cell" in last, text
+        assert "restarted" not in r.stdout + r.stderr, r.stdout + r.stderr
+        assert k.run("%%hvd\nprint('x', x)").stdout == "x 1\n"
     finally:
         k.shutdown()
     assert wait_until_gone(f"hvd-{k.pid}-") == []

@@ -325,3 +325,43 @@ def test_ranks_that_raise_within_the_grace_are_not_interrupted_and_their_errors_
     failed = run(pool)
     assert pool.interrupted == []
     assert failed.message.count("ValueError: boom") == 1 and "ranks 0-1: ValueError: boom" in failed.message
+
+
+def test_no_rank_joins_before_the_ranks_still_running_took_their_interrupt():
+    # pdb's quit at a breakpoint() ends rank 1's cell while rank 0 waits for it in a collective, which rank 1's join
+    # completes. Rank 0's reading thread takes its Interrupt late (a loaded machine): had rank 1 joined before, rank 0
+    # would have gone on with its cell, printing what comes after the collective.
+    taken: list[int] = []
+
+    def engine(channel: FakeChannel, rank: int, request: Any) -> None:
+        if isinstance(request, wire.RunCell) and rank == 1:
+            channel.emit(ended(1, request.cell, ok=False, ename="BdbQuit"))
+        elif isinstance(request, wire.RunCell):
+            channel.emit(waiting(0, request.cell, "after_bp", 2))
+        elif isinstance(request, wire.Join) and rank == 1:
+            if taken:  # the collective returns into the pending signal
+                channel.emit(ended(0, request.cell, ok=False, ename="KeyboardInterrupt"))
+            else:
+                channel.emit(wire.Output(0, request.cell, "stdout", "went on\n"))
+                channel.emit(ended(0, request.cell))
+            channel.emit(wire.Joined(1, request.cell, True))
+        elif isinstance(request, wire.Join):
+            channel.emit(wire.Joined(0, request.cell, True))
+
+    def on_interrupt(channel: FakeChannel, ranks: list[int]) -> None:
+        cell = next(r.cell for _, r in channel.sent if isinstance(r, wire.RunCell))
+
+        def take() -> None:
+            taken.extend(ranks)
+            for rank in ranks:
+                channel.emit(wire.Interrupted(rank, cell))
+
+        threading.Timer(0.2, take).start()
+
+    pool = FakePool(engine, on_interrupt)
+    view = FakeView()
+    cell = CellRun(pool, "pass", CellOptions(view=view, record=False))  # type: ignore[arg-type]
+    with pytest.raises(CellFailed) as failed:
+        cell.run()
+    assert failed.value.message == "Interrupted: ranks 0-1 stopped.", failed.value.message
+    assert cell.runs[0].state == "stopped"

@@ -505,6 +505,94 @@ def test_a_notebook_saved_mid_run_holds_the_run_up_to_then(live: Kernel) -> None
     assert final[MIME]["status"]["state"] == "done" and len(final[MIME]["curves"][0]["x"]) == 300
 
 
+def prompt(k: Kernel) -> int:
+    """The execution count the next cell gets (its prompt, In[n])."""
+    return int(k.run("get_ipython().execution_count").outputs[-1]["execution_count"]) + 1
+
+
+# Stuck for a while: rank 1 in the user's code, rank 0 in a collective that waits for it.
+STUCK = """%%hvd
+import time
+def load_batch():
+    time.sleep({seconds})
+if rank == 1:
+    load_batch()
+total = hvd.allreduce(torch.ones(4), name='grad_sync')
+"""
+
+
+def test_a_quiet_cell_says_what_its_ranks_do(live: Kernel) -> None:
+    from jupyter_hvd.kernel.cell.run import QUIET_S
+
+    time.sleep(4)  # idle past the pool's --rest-after (2 s): Horovod rests, and the allreduce starts it again
+    n = prompt(live)
+    run = live.run(STUCK.format(seconds=14), timeout=90)
+    assert run.error is None, run.error_text
+    assert run.updates[0][1]["status"]["state"] == "running"  # the status line (from the first second: see above)
+    said = [(t, c["status"]["activity"]) for t, c, _ in run.updates if c["status"].get("activity")]
+    assert said, "the view never said what the ranks do"
+    t, text = said[0]
+    assert t - run.started < QUIET_S + 4, f"said {t - run.started:.1f} s into the cell"
+    assert text.startswith("no output yet; where the ranks are:\n"), text
+    assert f"rank 0: waiting in allreduce 'grad_sync' (Cell In[{n}], line 6)" in text, text
+    assert f"rank 1: in load_batch() (Cell In[{n}], line 3) -> time.sleep(14)" in text, text
+    assert "again" not in text and "restart" not in text, text  # Horovod waking from its rest is no restart
+    assert run.updates[-1][1]["status"]["activity"] is None  # the finished view says nothing of it
+
+
+def test_a_quiet_cell_without_widgets_says_it_runs_and_what_its_ranks_do(live: Kernel) -> None:
+    live.run("%config HvdPool.live_view = 'text'")
+    try:
+        n = prompt(live)
+        time.sleep(4)
+        run = live.run(STUCK.format(seconds=9).replace(", name='grad_sync'", ""), timeout=90)
+    finally:
+        live.run("%config HvdPool.live_view = 'widget'")
+    assert run.error is None, run.error_text
+    (shown, first), *_ = run.of("display_data")
+    text = first["content"]["data"]["text/plain"]
+    assert shown - run.started < 1.8 and text.startswith("[jupyter-hvd] running · 2 ranks · "), text
+    updated = [m["content"]["data"]["text/plain"] for _, m in run.of("update_display_data")]
+    quiet = [u for u in updated if "no output yet; where the ranks are:" in u]
+    # Horovod rested (idle past --rest-after), and starts again for an op of a tensor it has not named yet.
+    assert quiet and f"rank 0: waiting in allreduce (an unnamed tensor) (Cell In[{n}], line 6)" in quiet[-1], updated
+    outputs = saved_outputs(run)
+    assert len(outputs) == 1, outputs  # one output, which became the final status line
+    (final,) = outputs
+    assert final["data"]["text/plain"].startswith("[jupyter-hvd] finished · 2 ranks · "), final
+
+
+EPOCHS = """%%hvd
+model = torch.nn.Linear(4, 1)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=model.named_parameters())
+for epoch in range(1, 9):
+    for step in range(24):
+        opt.zero_grad()
+        model(torch.ones(8, 4)).pow(2).mean().backward()
+        opt.step()
+    print(f"epoch {epoch} loss=0.5")
+"""
+
+
+def test_after_epochs_the_status_line_and_the_sidebar_count_the_same_steps(live: Kernel) -> None:
+    from jupyter_hvd import state
+
+    run = live.run(EPOCHS, timeout=120)
+    assert run.error is None, run.error_text
+    status = run.updates[-1][1]["status"]
+    assert (status["state"], status["epoch"], status["step"]) == ("done", 8, None)
+    steps = status["steps"]
+    assert steps and steps >= 8 * 24, status
+    (final,) = saved_outputs(run)
+    assert f"epoch 8 · {steps:,} steps" in final["data"]["text/plain"]  # the status line's text, in its unit
+    deadline, sidebar = time.monotonic() + 10, None
+    while time.monotonic() < deadline and sidebar != steps:
+        (pool,) = state.list_pools()
+        sidebar = pool["ranks"][0]["step"]
+        time.sleep(0.2)
+    assert sidebar == steps, f"the sidebar says {sidebar} steps, the status line {steps}"
+
+
 def test_a_line_that_never_ends_keeps_only_its_tail() -> None:
     from jupyter_hvd.digest import MAX_LINE_CHARS
 

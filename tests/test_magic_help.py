@@ -59,7 +59,7 @@ def test_a_syntax_error_looks_like_a_plain_cells(k):
     lines = text.strip().splitlines()
     assert len(lines) <= 5, text
     assert "magics.py" not in text and "jupyter_hvd" not in text, text
-    assert re.search(r"Cell In\[\d+\], line 3", text), text  # counted from the %%hvd line, as the notebook shows it
+    assert re.search(r"Cell In\[\d+\], line 2", text), text  # the body's line, as tracebacks and pdb count it
     assert lines[-1].startswith("SyntaxError:"), text
     assert any(ln.strip() == "^" for ln in lines), text
     assert k.run("print(1)").status == "ok"

@@ -132,7 +132,8 @@ def test_a_frozen_rank_is_named_within_the_timeout(k, _state_dir):
         except ProcessLookupError:
             pass
     assert r.status == "error"
-    assert f"rank 1 (pid {pid}) is frozen" in r.error_text + r.stderr, r.error_text + r.stderr
+    said = r.stdout + r.error_text  # what happens (the restart) on stdout, what went wrong in the error
+    assert f"Rank 1 (pid {pid}) is frozen (stopped by SIGSTOP or Ctrl-Z)" in said, said
     assert time.monotonic() - t0 < 20 + 30  # --timeout 20, then the restart
     healthy(k)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -90,7 +91,7 @@ def test_ranks_subset(ip, pool, capfd):
 def test_same_error_on_all_ranks_is_shown_once(ip, pool):
     with pytest.raises(CellFailed) as info:
         ip.run_cell_magic("hvd", "", "raise ValueError('boom')")
-    text = str(info.value)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(info.value))
     assert "ranks 0-1: ValueError: boom" in text
     assert text.count("Traceback (most recent call last)") == 1
     assert "Cell In[" in text and "<hvd-cell-" not in text and "raise ValueError('boom')" in text

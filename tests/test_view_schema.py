@@ -51,8 +51,9 @@ def test_a_saved_view_has_exactly_the_schemas_fields() -> None:
     curve = Curve("loss", "report", 0, "step")
     curve.xs, curve.ys = [1.0, 2.0], [0.5, float("nan")]
     status: schema.Status = {
-        "state": "done", "ranks": 2, "step": 2.0, "epoch": None, "total": None, "desc": None, "samples_per_s": None,
-        "steps_per_s": None, "elapsed": 1.0, "eta": None, "latest": {"loss": 0.5}, "warning": None, "straggler": None,
+        "state": "done", "ranks": 2, "step": 2.0, "epoch": None, "steps": None, "total": None, "desc": None,
+        "samples_per_s": None, "steps_per_s": None, "elapsed": 1.0, "eta": None, "latest": {"loss": 0.5},
+        "warning": None, "straggler": None, "activity": None,
     }  # fmt: skip
     log: schema.LogMessage = {"append": [("loss=0.5", "stdout", 0)], "partials": [], "total": 1}
     view = view_data([curve], ["all"], status, "finished", log, [0])

@@ -115,7 +115,8 @@ def _backends(hvd: Any, dist: Any) -> list[Any]:
 
 def _warm_up(torch: Any, device: Any) -> None:
     """A first forward, backward and optimizer step on this rank's device, in a thread while the notebook goes on:
-    oneDNN, cuBLAS and cuDNN start at their first use (0.1-1 s), which would otherwise be the first training cell's.
+    oneDNN, cuBLAS and cuDNN start at their first use (0.1-1 s), which would otherwise be the first training cell's;
+    and a first traceback formatted (runner.warm_up).
 
     It draws no random number: it may still run when the first cell seeds torch, and a draw here would change that
     cell's numbers (a notebook and its exported script would no longer agree)."""
@@ -132,6 +133,9 @@ def _warm_up(torch: Any, device: Any) -> None:
         optimizer.zero_grad()
     except Exception:
         pass  # the cell that trains says what is wrong
+    from .cell import runner
+
+    runner.warm_up()
 
 
 class _Exit:

@@ -243,6 +243,7 @@ class Channel:
             err,
             request.every_value,
             functools.partial(tasks.perform, request.task) if request.task is not None else None,
+            request.count,
         )
         if not isinstance(record, CellRecord):  # an interrupt that landed outside the cell's own handling
             record = CellRecord(rank=self.rank, ok=False, error=record.get("error"))
@@ -326,7 +327,7 @@ class Channel:
         if args.exc_type is SystemExit:
             return
         name = args.thread.name if args.thread is not None else "a thread"
-        where = runner.describe_exception(args.exc_value) if args.exc_value is not None else {}
+        where = runner.describe_exception(args.exc_value, colors=False) if args.exc_value is not None else {}
         self.problem(
             f"thread {name!r} raised {args.exc_type.__name__}: {args.exc_value}\n{where.get('traceback', '')}".rstrip()
         )

@@ -6,10 +6,10 @@ the same), so these errors print our message only, never a traceback through jup
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
+from .. import wire
 from .failures import Failure
 from .ranks import format_ranks
 
@@ -46,11 +46,8 @@ class CellFailed(PoolError):
 
 
 # The engines run cell number N (kernel/cell/run.py's CellRun.number) as the file `<hvd-cell-N>`; the user knows it by
-# its prompt, In[count]. Kept for every cell of the kernel's life: a function defined in an earlier cell raises too.
+# its prompt, In[count]. Kept for every cell of the kernel's life: a function defined in an earlier cell runs on.
 _prompts: dict[int, int | None] = {}
-_CELL_FRAME = re.compile(
-    r'^(?P<indent>[ \t]*)File "<hvd-cell-(?P<number>\d+)>", line (?P<line>\d+)(?:, in (?P<function>.+))?$', re.M
-)
 
 
 def name_cell(number: int, count: int | None) -> None:
@@ -59,26 +56,17 @@ def name_cell(number: int, count: int | None) -> None:
 
 
 def cell_location(count: int | None, line: int, function: str | None = None) -> str:
-    """IPython's own words for a place in a cell: `Cell In[4], line 3` (`, in f()` inside a function).
-
-    `line` counts from the engine's first line, the one after `%%hvd`; the notebook numbers the `%%hvd` line 1,
-    so the user's line is one more (a SyntaxError and a runtime error name the same line).
-    """
-    prompt = f"In[{count}]" if count is not None else "In[ ]"
-    inside = f", in {function}()" if function and function != "<module>" else ""
-    return f"Cell {prompt}, line {line + 1}{inside}"
+    """IPython's own words for a place in a cell: `Cell In[4], line 3` (`, in f()` inside a function); `line` counts
+    the cell's body, as the engines' tracebacks and pdb do."""
+    return wire.cell_place(f"In[{count}]" if count is not None else "In[ ]", line, function)
 
 
-def ipython_traceback(text: str) -> str:
-    """A traceback from the engines with each `File "<hvd-cell-N>", line L` frame in IPython's form."""
-
-    def place(m: re.Match[str]) -> str:
-        number = int(m["number"])
-        if number not in _prompts:
-            return m[0]  # a cell of another kernel's pool (unpickled): its name is all we know
-        return m["indent"] + cell_location(_prompts[number], int(m["line"]), m["function"])
-
-    return _CELL_FRAME.sub(place, text)
+def frame_location(filename: str, line: int, function: str | None = None) -> str | None:
+    """`cell_location` of a frame of a `%%hvd` cell (`<hvd-cell-N>`); None for any other file."""
+    number = wire.cell_number(filename)
+    if number is None:
+        return None
+    return cell_location(_prompts.get(number), line, function)
 
 
 def syntax_error_lines(exc: SyntaxError, count: int | None) -> list[str]:
@@ -104,5 +92,5 @@ def group_errors(errors: Iterable[dict[str, Any]]) -> str:
     blocks = []
     for (ename, evalue, tb), ranks in sorted(groups.items(), key=lambda kv: min(kv[1])):
         head = f"{RED}{BOLD}{format_ranks(ranks)}: {ename}{': ' + evalue if evalue else ''}{RESET}"
-        blocks.append(head + ("\n" + ipython_traceback(tb).rstrip() if tb else ""))
+        blocks.append(head + ("\n" + tb.rstrip() if tb else ""))
     return "\n\n".join(blocks)

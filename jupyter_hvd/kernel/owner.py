@@ -15,11 +15,11 @@ import logging
 import os
 import re
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from . import tell
 from .asks import Action, Ask, Asks
 from .cell.run import CellOptions, CellRun
 from .errors import CellFailed, PoolError
@@ -27,6 +27,7 @@ from .keep.journal import Keeper
 from .keep.service import Keep
 from .launch.options import HvdPool
 from .launch.pool import Pool
+from .tell import Said
 from .watcher import PoolWatcher
 
 log = logging.getLogger("jupyter_hvd")
@@ -38,15 +39,15 @@ class Notices:
     asks for a pool)."""
 
     def __init__(self) -> None:
-        self._pending: list[str] = []
+        self._pending: list[Said] = []
         self.last_words = ""
 
-    def add(self, text: str) -> None:
-        self._pending.append(text)
+    def add(self, said: Said) -> None:
+        self._pending.append(said)
 
     def say(self) -> None:
         while self._pending:
-            print(f"jupyter-hvd: {self._pending.pop(0)}", file=sys.stderr, flush=True)
+            tell.say(self._pending.pop(0))
 
 
 class Owner:
@@ -144,7 +145,7 @@ class Owner:
         reads about it."""
         # The whole story is told once, under the cell when the restart is done; here only what is happening.
         headline = re.split(r"[:.(]\s", what, maxsplit=1)[0][:120]
-        print(f"jupyter-hvd: {headline}: restarting the pool with the same options...", file=sys.stderr, flush=True)
+        tell.news(f"{headline}: restarting the pool with the same options...")
         waiting = self.asks.ending()
         if waiting is not None and waiting.ask is Ask.RESTART and waiting.np in (None, pool.np):
             self.asks.take_ending()  # this is that restart
@@ -169,27 +170,33 @@ class Owner:
                 Keep(pool).after_cell(run.source, options.count, options.cell_id, options.setup, run.commits())
             return value
         except CellFailed as failed:
-            if failed.lost is None:
+            if failed.lost is not None:
+                said = self.after_loss(pool, failed.lost.message)
+            elif run.ended_for is not None:  # the sidebar's Restart or Stop ended the cell: the error ends with it
+                after = self._after_cell(pool)
+                said = f"{after.text[:1].upper()}{after.text[1:]}" if after else ""
+            else:
+                said = ""
+            if not said:
                 raise
-            said = self.after_loss(pool, failed.lost.message)
             message = f"{failed.message}\n\n{said}" if failed.message else said
             raise CellFailed(message, "", failed.interrupted) from None
         finally:
-            said = self._after_cell(pool)
-            if said:
-                print(f"jupyter-hvd: {said}", file=sys.stderr, flush=True)
+            after = self._after_cell(pool)
+            if after:
+                tell.say(after)
 
     # ---- the sidebar -----------------------------------------------------------------------------------------
 
-    def _after_cell(self, pool: Pool) -> str:
+    def _after_cell(self, pool: Pool) -> Said | None:
         """A Restart or Stop from the sidebar that waited for the running cell (or restart); what was done, in words."""
         action = self.asks.take_ending()
         if action is not None and action.ask is Ask.RESTART and not pool.stopped:
             return self._restart_from_sidebar(pool, action, "")
         if action is not None and action.ask is Ask.STOP:
             self.stop(pool, "the pool was stopped from the sidebar")
-            return "the pool was stopped from the sidebar; start a new one with %hvd_start -np N."
-        return ""
+            return Said("the pool was stopped from the sidebar; start a new one with %hvd_start -np N.")
+        return None
 
     def act(self, pool: Pool, action: Action) -> None:
         """The sidebar's Restart or Stop between cells (on the kernel's main loop): said under the next cell."""
@@ -201,13 +208,13 @@ class Owner:
         at = time.strftime("%H:%M:%S")
         if action.ask is Ask.RESTART:
             self.notices.add(self._restart_from_sidebar(pool, action, f" at {at}"))
-            said = self._after_cell(self.pool or pool)  # a Stop pressed while that restart ran
-            if said:
-                self.notices.add(said)
+            after = self._after_cell(self.pool or pool)  # a Stop pressed while that restart ran
+            if after:
+                self.notices.add(after)
         elif action.ask is Ask.STOP:
             self.stop(pool, f"the pool was stopped from the sidebar at {at}")
 
-    def _restart_from_sidebar(self, pool: Pool, action: Action, at: str) -> str:
+    def _restart_from_sidebar(self, pool: Pool, action: Action, at: str) -> Said:
         """The sidebar's Restart (at its size field's number of ranks, where given); what happened, in words."""
         t0, was = time.monotonic(), pool.np
         try:
@@ -217,17 +224,18 @@ class Owner:
         except (ValueError, PoolError) as exc:
             # A size this host cannot run, refused while the pool runs on: the user's input, not a crash to log.
             pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")
-            return f"the restart from the sidebar{at} failed: {exc}"
+            return Said(f"the restart from the sidebar{at} failed: {exc}", True)
         try:
             pool, came_back = self.restart(pool, options=options)
         except KeyboardInterrupt:  # the stop button, pressed while it ran
-            return f"the restart from the sidebar{at} was interrupted. {pool.interrupted_restart()}"
+            return Said(f"the restart from the sidebar{at} was interrupted. {pool.interrupted_restart()}", True)
         except Exception as exc:  # on the main loop nobody would see it: log it, keep it for %hvd_status
             log.exception("jupyter-hvd: the restart asked for from the sidebar failed")
             pool.note_problem(f"the restart asked for from the sidebar failed: {exc}")
-            return f"the restart from the sidebar{at} failed: {exc}"
+            return Said(f"the restart from the sidebar{at} failed: {exc}", True)
         size = f" on {pool.np} ranks (it had {was})" if pool.np != was else ""
-        return f"the pool was restarted from the sidebar{at}{size}, in {time.monotonic() - t0:.1f} s: {came_back}."
+        took = time.monotonic() - t0
+        return Said(f"the pool was restarted from the sidebar{at}{size}, in {took:.1f} s: {came_back}.")
 
 
 def _move(old: Path, new: Path) -> None:

@@ -31,6 +31,10 @@ class CellView(Protocol):
     def straggler(self, message: str | None) -> None:
         """The rank that sets the pace ("rank 1 is the straggler: ..."), or None once there is none."""
 
+    def activity(self, text: str | None) -> None:
+        """What the ranks do while the cell prints nothing ("rank 0: waiting in allreduce 'grad' (Cell In[7], line
+        6)", a line per place), or None once it printed again."""
+
     def display(self, rank: int, data: dict[str, Any], metadata: dict[str, Any]) -> None:
         """A `display()` (a plot, a table, a widget) made on `rank`."""
 

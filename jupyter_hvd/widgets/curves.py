@@ -130,6 +130,7 @@ class Curves:
         self.total: int | None = None
         self.desc: str | None = None  # the progress bar's description ("epoch 3")
         self.epoch: float | None = None  # the last epoch the status rank printed (the status line's, without a step)
+        self.counted_steps: int | None = None  # the status rank's optimizer steps, as the pace timing counts them
         self._samples: dict[int, deque[tuple[float, int]]] = {}
         self._seen_samples: dict[int, float] = {}
         self._steps: deque[tuple[float, float]] = deque()
@@ -155,7 +156,10 @@ class Curves:
                 window.append((t, int(record["samples"])))
                 _trim(window, t)
                 self._seen_samples[rank] = self._seen_samples.get(rank, 0.0) + int(record["samples"])
-            if rank not in self.plot_ranks or "pace" in record:
+            pace = record.get("pace")
+            if rank == self.lead and isinstance(pace, dict) and isinstance(pace.get("cell_steps"), int):
+                self.counted_steps = pace["cell_steps"]  # what the sidebar shows where no step was printed
+            if rank not in self.plot_ranks or pace is not None:
                 continue  # other ranks count towards samples/s only
             source = "progress" if record.get("auto") else "report"
             step = record.get("step")

@@ -34,6 +34,7 @@ from .log import LogBuffer, LogDelta
 from .plain import show_display
 from .schema import CurveUpdate, LiveUpdate, LogMessage, Status
 from .static_plot import SAVED_LOG_LINES, saved_bundle
+from .status import status, status_text
 
 # Well above a loop printing at 20 Hz: with the gap equal to the print interval, one late send made every later line
 # wait for the gap (measured: 16 ms median at 20/s, 2 ms at 30/s).
@@ -45,7 +46,6 @@ COPY_COST_SHARE = 0.05  # ...and costs the kernel at most this share of its time
 COPY_IDLE_S = 30.0  # a cell that shows nothing new still gets a copy this often (its elapsed time)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 STATIC = Path(__file__).parent / "static"
-STATES = {"running": "saved while running", "done": "finished", "failed": "stopped (error or interrupt)"}
 
 
 class TrainingView(anywidget.AnyWidget):
@@ -85,6 +85,7 @@ class LiveView:
         self.started = time.time()
         self.ended: float | None = None  # the elapsed time stops with the cell (a later full copy must agree)
         self.state = "running"
+        self.doing: str | None = None  # what the ranks do while the cell is quiet (the cell runner's words)
         self.seq = 0
         self.log_lines = log_lines
         self.widget: TrainingView | None = None
@@ -157,6 +158,15 @@ class LiveView:
                 self.curves.add_reports(rank, data)
             except Exception as exc:
                 self._note(f"report() values from rank {rank} could not be plotted ({type(exc).__name__}: {exc})")
+            self._changes += 1
+        self._dirty.set()
+
+    def activity(self, text: str | None) -> None:
+        """What the ranks do while the cell prints nothing (None: it printed again), under the status line."""
+        with self._lock:
+            if text == self.doing:
+                return
+            self.doing = text
             self._changes += 1
         self._dirty.set()
 
@@ -289,41 +299,11 @@ class LiveView:
 
     def status(self) -> Status:
         """What the status line shows, as numbers (the front end formats them)."""
-        c = self.curves
-        return {
-            "state": self.state,
-            "ranks": self.ranks,
-            "step": c.step,
-            "epoch": c.epoch,
-            "total": c.total,
-            "desc": c.desc,
-            "samples_per_s": c.samples_per_second(),
-            "steps_per_s": c.steps_per_second(),
-            "elapsed": (self.ended or time.time()) - self.started,
-            "eta": c.eta_seconds() if self.state == "running" else None,
-            "latest": {k: v for k, v in c.latest.items() if v == v},
-            "warning": c.nonfinite,
-            "straggler": c.straggler,
-        }
+        return status(self.curves, self.state, self.ranks, (self.ended or time.time()) - self.started, self.doing)
 
     def status_text(self) -> str:
         """The status line as plain text (for the HTML and text twins)."""
-        s = self.status()
-        bits = [STATES[s["state"]], f"{s['ranks']} ranks"]
-        if s["step"] is not None:
-            bits.append(f"step {s['step']:g}" + (f"/{s['total']}" if s["total"] else ""))
-        elif s["epoch"] is not None:
-            bits.append(f"epoch {s['epoch']:.4g}")
-        if s["samples_per_s"]:
-            bits.append(f"{s['samples_per_s']:,.0f} samples/s")
-        elif s["steps_per_s"]:
-            bits.append(f"{steps_per_second_text(s['steps_per_s'])} steps/s")
-        bits.append(f"{s['elapsed']:.1f} s")
-        if s["warning"]:
-            bits.append(f"⚠ {s['warning']}")
-        if s["straggler"]:
-            bits.append(s["straggler"])
-        return " · ".join(bits)
+        return status_text(self.status(), running="saved while running")
 
     # ---- sending -------------------------------------------------------------------------------------------
 
@@ -403,10 +383,3 @@ class LiveView:
             with self._lock:
                 update = self._take_update(full=True)
             self._send(update)
-
-
-def steps_per_second_text(rate: float) -> str:
-    """Steps per second with three significant digits: `4.37`, `0.0123`, `1,234` (widgets-js/src/format.js too)."""
-    if rate >= 100:
-        return f"{rate:,.0f}"
-    return f"{float(f'{rate:.3g}'):g}"

@@ -95,6 +95,9 @@ class PlainView:
     def display(self, rank: int, data: dict[str, Any], metadata: dict[str, Any]) -> None:
         show_display(rank, self.show_ranks, data, metadata)
 
+    def activity(self, text: str | None) -> None:
+        pass  # plain text has no line that could be updated in place
+
     def tick(self) -> None:
         pass
 

@@ -31,6 +31,9 @@ class QuietView:
     def display(self, rank: int, data: dict[str, Any], metadata: dict[str, Any]) -> None:
         self.displays += 1
 
+    def activity(self, text: str | None) -> None:
+        pass
+
     def tick(self) -> None:
         pass
 

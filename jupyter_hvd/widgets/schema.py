@@ -27,6 +27,7 @@ class Status(TypedDict):
     ranks: int
     step: float | None
     epoch: float | None
+    steps: int | None  # the steps the sidebar counts (the pace of the training loop), where none is printed
     total: int | None
     desc: str | None
     samples_per_s: float | None
@@ -36,6 +37,7 @@ class Status(TypedDict):
     latest: dict[str, float]
     warning: str | None
     straggler: str | None
+    activity: str | None  # what the ranks do while a running cell prints nothing
 
 
 class SavedStatus(Status):

@@ -29,8 +29,9 @@ export function formatDuration(seconds) {
   return h ? `${h}:${pad(m)}:${pad(s % 60)}` : `${m}:${pad(s % 60)}`;
 }
 
-/** The status line: state, ranks, the bar's description, step, samples/s or steps/s, elapsed, ETA. `saved`: a copy
- * kept in the notebook, which says when a cell was still running (and has no ETA). */
+/** The status line: state, ranks, the bar's description, step (or epoch and the steps counted), samples/s or
+ * steps/s, elapsed, ETA. `saved`: a copy kept in the notebook, which says when a cell was still running (and has no
+ * ETA). */
 export function formatStatus(status, elapsed, saved = false) {
   if (!status) return "";
   const running = saved ? "◌ saved while running" : "● running";
@@ -40,6 +41,8 @@ export function formatStatus(status, elapsed, saved = false) {
   if (status.step !== null && status.step !== undefined)
     bits.push(`step ${formatTick(status.step)}${status.total ? `/${status.total.toLocaleString("en-US")}` : ""}`);
   else if (status.epoch !== null && status.epoch !== undefined) bits.push(`epoch ${formatNumber(status.epoch)}`);
+  // Where no step was printed, the optimizer steps counted: the number the sidebar shows, in its unit.
+  if ((status.step === null || status.step === undefined) && status.steps) bits.push(`${formatTick(status.steps)} steps`);
   if (status.samples_per_s) bits.push(`${Math.round(status.samples_per_s).toLocaleString("en-US")} samples/s`);
   else if (status.steps_per_s) bits.push(`${formatRate(status.steps_per_s)} steps/s`);
   bits.push(`${formatDuration(elapsed)} elapsed`);

@@ -15,6 +15,7 @@ export interface Status {
   ranks: number;
   step: number | null;
   epoch: number | null;
+  steps: number | null;
   total: number | null;
   desc: string | null;
   samples_per_s: number | null;
@@ -24,6 +25,7 @@ export interface Status {
   latest: Record<string, number>;
   warning: string | null;
   straggler: string | null;
+  activity: string | null;
 }
 
 export interface SavedStatus extends Status {

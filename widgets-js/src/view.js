@@ -28,6 +28,8 @@ export function mountView(el, store, config) {
   root.className = "jhvd-live";
   const statusEl = doc.createElement("div");
   statusEl.className = "jhvd-status";
+  const activityEl = doc.createElement("div"); // what the ranks do while the cell is quiet (the kernel's words)
+  activityEl.className = "jhvd-activity";
   const tools = doc.createElement("div");
   tools.className = "jhvd-tools";
   tools.style.display = "none";
@@ -49,7 +51,7 @@ export function mountView(el, store, config) {
   tools.append(smoothLabel, logButton);
   const grid = doc.createElement("div");
   grid.className = "jhvd-panels";
-  root.append(statusEl, tools, grid);
+  root.append(statusEl, activityEl, tools, grid);
   const log = new LogView(root, store.log, config.ranks ?? [0]);
   el.appendChild(root);
 
@@ -95,6 +97,9 @@ export function mountView(el, store, config) {
     root.dataset.state = store.status?.state ?? "running";
     root.dataset.saved = String(store.saved);
     statusEl.dataset.elapsed = String(store.status?.elapsed ?? ""); // the cell's time when the kernel said it (tests)
+    const activity = store.status?.state === "running" && !store.saved ? store.status?.activity : null;
+    activityEl.textContent = activity ?? "";
+    activityEl.style.display = activity ? "" : "none";
     const wanted = panels(store.series.names(), plots);
     for (const [title, names] of wanted) {
       let panel = panelsByTitle.get(title);

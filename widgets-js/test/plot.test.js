@@ -340,4 +340,11 @@ describe("the status line", () => {
     expect(line).toBe("● running · 2 ranks · train · step 7/30 · 4.37 steps/s · 0:02 elapsed");
     expect([formatRate(0.012345), formatRate(43.21), formatRate(1234.5)]).toEqual(["0.0123", "43.2", "1,235"]);
   });
+
+  it("says the steps counted beside a printed epoch, in the sidebar's unit", () => {
+    const epochs = { state: "done", ranks: 2, step: null, epoch: 8, steps: 192 };
+    expect(formatStatus(epochs, 5)).toBe("✓ finished · 2 ranks · epoch 8 · 192 steps · 0:05 elapsed");
+    const printed = { state: "done", ranks: 2, step: 40, epoch: 8, steps: 192 }; // a printed step is the one said
+    expect(formatStatus(printed, 5)).toBe("✓ finished · 2 ranks · step 40 · 0:05 elapsed");
+  });
 });

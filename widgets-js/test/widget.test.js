@@ -80,6 +80,31 @@ describe("the live view widget", () => {
     ]);
   });
 
+  it("says under the status line what the ranks do while the cell is quiet, and no longer once it ended", async () => {
+    const model = fakeModel({ view_id: "v4", plots: ["all"], log_lines: 100, updates: 0 });
+    widget.initialize({ model });
+    const el = document.createElement("div");
+    document.body.appendChild(el);
+    widget.render({ model, el });
+    const update = (seq, state, activity) => ({
+      type: "update",
+      seq,
+      full: false,
+      curves: [],
+      log: null,
+      status: { state, ranks: 2, elapsed: 7, activity },
+    });
+    const activity = () => el.querySelector(".jhvd-activity");
+    expect(activity().style.display).toBe("none");
+    const said = "no output yet; where the ranks are:\nrank 0: waiting in allreduce 'grad' (Cell In[7], line 6)";
+    model.emit("msg:custom", update(1, "running", said), []);
+    await frame();
+    expect([activity().textContent, activity().style.display]).toEqual([said, ""]);
+    model.emit("msg:custom", update(2, "done", said), []);
+    await frame();
+    expect(activity().style.display).toBe("none");
+  });
+
   it("asks for a full copy when created after the cell ended (a reloaded page)", () => {
     const model = fakeModel({ view_id: "v2", plots: ["loss"], log_lines: 100, updates: 12 });
     widget.initialize({ model });

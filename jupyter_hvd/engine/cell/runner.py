@@ -11,6 +11,7 @@ import io
 import linecache
 import os
 import pickle
+import re
 import sys
 import time
 import traceback
@@ -18,8 +19,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ... import compat, wire
 from ...wire import CellRecord, ErrorInfo
-from .. import backend, collectives
+from .. import backend, collectives, outbox
 from ..diagnose import debugger
 
 TAIL_LINES = 20  # kept per rank for error context and the pool status, even when output is not shown
@@ -129,6 +131,7 @@ def run_cell(
     stderr: Any,
     every_value: bool = False,
     task: Callable[[], Any] | None = None,
+    count: int | None = None,
 ) -> CellRecord:
     """Execute `src` in the engine's user namespace (or do `task`, whose result is then the value) and return a small
     record of how it ended.
@@ -136,14 +139,16 @@ def run_cell(
     `stdout`/`stderr` receive the cell's output (up to `max_lines`, and only when `show_output`). Exceptions are
     caught and returned (not raised) so the kernel learns of a failure on one rank at once, while other ranks may
     still be running or waiting in a collective. A value of the last expression (rank 0's, or with `every_value`
-    every rank's) comes pickled.
+    every rank's) comes pickled. `count`: the notebook's prompt of the cell, In[count], which tracebacks and pdb name.
     """
     from IPython import get_ipython
 
-    ns = get_ipython().user_ns
+    shell = get_ipython()
+    ns = shell.user_ns
     rank = ns.get("rank", -1)
-    # Tracebacks show the cell's lines, as they do for a local cell.
+    # Tracebacks show the cell's lines and name it by its prompt, as they do for a local cell.
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    _name_cell(shell, filename, count)
     out = CellStream(stdout, show_output, max_lines)
     err = CellStream(stderr, show_output, max_lines)
     saved = sys.stdout, sys.stderr
@@ -182,8 +187,23 @@ def run_cell(
     return record
 
 
-def describe_exception(exc: BaseException) -> ErrorInfo:
-    """Name, message and traceback of `exc`, without this module's own frames."""
+_unnamed_said = False
+
+
+def _name_cell(shell: Any, filename: str, count: int | None) -> None:
+    global _unnamed_said
+    try:
+        compat.name_cell(shell, filename, count)
+    except compat.CompatError as exc:
+        if not _unnamed_said:  # tracebacks still work, naming the cell's file: said once
+            _unnamed_said = True
+            outbox.problem(str(exc))
+
+
+def describe_exception(exc: BaseException, colors: bool = True) -> ErrorInfo:
+    """Name, message and traceback of `exc`, without this module's own frames. The traceback is IPython's own form, as
+    a notebook shows a cell's error (cells named `Cell In[7], line 4`, the failing line among its neighbours);
+    `colors`: in the engine's IPython colours, else plain text."""
     if isinstance(exc, SystemExit):
         # exit(), quit() and sys.exit() end the cell on this rank; the engine stays (a script would have ended).
         code = exc.code if exc.code is not None else 0
@@ -191,11 +211,44 @@ def describe_exception(exc: BaseException) -> ErrorInfo:
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
-    lines = traceback.format_exception(type(exc), exc, tb)
     where = ""
     for frame in traceback.extract_tb(tb):
-        if frame.filename.startswith("<hvd-cell-"):  # the innermost line of the user's cell
-            where = f"line {frame.lineno}: {(frame.line or '').strip()}"
+        if wire.cell_number(frame.filename) is not None:  # the innermost line of the user's cell
+            place = wire.cell_place(_prompt(frame.filename) or "In[ ]", frame.lineno or 0)
+            where = f"{place}: {(frame.line or '').strip()}"
     return ErrorInfo(
-        ename=type(exc).__name__, evalue=_capped(str(exc)), traceback=_capped("".join(lines)), where=_capped(where, 400)
+        ename=type(exc).__name__,
+        evalue=_capped(str(exc)),
+        traceback=_capped(_formatted(exc, tb, colors)),
+        where=_capped(where, 400),
     )
+
+
+def _prompt(filename: str) -> str | None:
+    from IPython import get_ipython
+
+    return compat.cell_prompt(get_ipython(), filename)
+
+
+def _formatted(exc: BaseException, tb: Any, colors: bool) -> str:
+    """`exc` from `tb` down, as IPython's notebook shows it; Python's own form where IPython's formatter fails."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    try:
+        text = "\n".join(shell.InteractiveTB.structured_traceback(type(exc), exc, tb))
+    except Exception:  # a broken __repr__ or source IPython cannot read must not hide the user's error
+        return "".join(traceback.format_exception(type(exc), exc, tb))
+    return text if colors else _ANSI.sub("", text)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def warm_up() -> None:
+    """Format a first exception: IPython's formatter imports and prepares what it needs at its first use (0.1 s),
+    which would otherwise delay a cell's first error on this rank."""
+    try:
+        raise ValueError("warm-up")
+    except ValueError as exc:
+        _formatted(exc, exc.__traceback__, colors=True)

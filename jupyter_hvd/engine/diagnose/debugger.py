@@ -16,10 +16,12 @@ import pdb
 import queue
 import sys
 import threading
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import IO, Any, cast
 
-from ... import wire
+from IPython import get_ipython
+
+from ... import compat, wire
 from .. import outbox
 
 _replies: queue.Queue[tuple[int, str]] = queue.Queue()
@@ -97,6 +99,26 @@ class _RemotePdb(pdb.Pdb):
         super().__init__(stdin=cast(IO[str], prompt), stdout=cast(IO[str], _Output(prompt, cell)), nosigint=True)
         self.use_rawinput = False
         self.prompt = prompt.prompt
+
+    def get_stack(self, f: FrameType | None, t: TracebackType | None) -> tuple[list[tuple[FrameType, int]], int]:
+        """The frames from the outermost cell's down: the engine's own below it are nothing the user can act on."""
+        stack, i = super().get_stack(f, t)
+        cells = (k for k, (frame, _) in enumerate(stack) if wire.cell_number(frame.f_code.co_filename) is not None)
+        first = next(cells, 0)
+        if i < first:  # stepped out of the cell into the engine: the whole stack, so the current frame is in it
+            return stack, i
+        return stack[first:], i - first
+
+    def format_stack_entry(self, frame_lineno: tuple[FrameType, int], lprefix: str = ": ") -> str:
+        """A frame of a cell as tracebacks name it, 'Cell In[7], line 4' (pdb's own: '<hvd-cell-3>(4)<module>()')."""
+        text = super().format_stack_entry(frame_lineno, lprefix)
+        frame, line = frame_lineno
+        code = frame.f_code
+        prompt = compat.cell_prompt(get_ipython(), code.co_filename)
+        own = f"{self.canonic(code.co_filename)}({line!r}){code.co_name or '<lambda>'}()"
+        if prompt is None or not text.startswith(own):
+            return text
+        return wire.cell_place(prompt, line, code.co_name) + text[len(own) :]
 
 
 class _BreakpointPdb(_RemotePdb):

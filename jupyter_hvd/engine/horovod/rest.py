@@ -437,7 +437,7 @@ def _wake_for(kind: str, name: str) -> None:
     cell, and Where names the collective and its tensor as it will once Horovod runs."""
     from .. import collectives
 
-    with collectives.waiting(name or kind, collectives.started(), kind=kind if name else ""):
+    with collectives.waiting(name or kind, collectives.started(), kind=kind):
         wake()
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import itertools
 import pickle
-import re
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +24,8 @@ from IPython.display import display
 from ... import wire
 from ...digest import Digest
 from ...widgets import CellView, plain_view
-from .. import failures
-from ..asks import Asks
+from .. import failures, tell
+from ..asks import Ask, Asks
 from ..channel import ChannelError
 from ..diagnose import debugger, where
 from ..errors import CellFailed, group_errors, name_cell
@@ -55,6 +53,7 @@ TAKE_INTERRUPT_S = 0.5  # a rank's reading thread takes an Interrupt within mill
 # A cell still running after this is shown as running in the sidebar at once. Shorter cells are left to the watcher's
 # next round: waking its thread at each start and end took the GIL from the dispatch (an empty cell: +1.3 ms).
 SHOW_RUNNING_AFTER_S = 0.1
+QUIET_S = 5.0  # a cell whose ranks sent nothing for this long says what they do, and again as often while quiet
 _cell_numbers = itertools.count(1)
 # Where a rank is that is done with the running cell, in words (CellRun's _RankRun.state).
 _ENDED = {"ok": "finished the cell", "error": "the cell raised an error there", "stopped": "stopped", "dead": "dead"}
@@ -122,7 +121,12 @@ class CellRun:
         self._shown_running = False
         self._stall_said = False
         self._in_debugger: set[int] = set()  # ranks a breakpoint() holds in pdb (wire.Debugging)
+        self._heard = self._started  # when a rank last sent output, metrics or a display
+        self._glimpse: where.Glimpse | None = None  # where the ranks are, asked because the cell is quiet
+        self._glimpsed = 0.0  # when the last glimpse was asked
+        self._doing_said = False  # the view says what the ranks do (until they send something)
         self.interrupted_by = ""  # "from the sidebar": who pressed stop, when it was not the notebook's button
+        self.ended_for: Ask | None = None  # the sidebar's Restart or Stop, which ended the cell to be carried out
 
     # ---- dispatch ------------------------------------------------------------------------------------------
 
@@ -133,14 +137,14 @@ class CellRun:
         # What failed on the ranks between cells (a snapshot that could not be written, a user's thread) is said here.
         new = list(itertools.takewhile(lambda p: p is not self.pool.newest_problem_shown, channel.problems))
         for rank, text in reversed(new):
-            print(f"jupyter-hvd: rank {rank}: {text}", file=sys.stderr, flush=True)
+            tell.warning(f"rank {rank}: {text}")
         if channel.between:  # what the ranks printed between cells (a user's thread, Horovod's warnings)
             by_rank: dict[int, str] = {}
             for rank, _, text in channel.between:
                 by_rank[rank] = by_rank.get(rank, "") + text
             channel.between.clear()
             for rank, text in sorted(by_rank.items()):
-                print(f"jupyter-hvd: rank {rank} printed between cells:\n{text.rstrip()}", file=sys.stderr, flush=True)
+                tell.warning(f"rank {rank} printed between cells:\n{text.rstrip()}")
         for r in self.pool.ranks:
             self.runs[r.rank] = _RankRun(r.rank)
         try:
@@ -246,8 +250,10 @@ class CellRun:
             self._next_liveness_check = time.monotonic() + TICK_S
             self._check_liveness()
         asks = self.asks
-        if asks is not None and asks.ending() is not None and self.reason is None:  # Interrupt, Restart or Stop
+        ending = asks.ending() if asks is not None else None
+        if ending is not None and self.reason is None:  # Interrupt, Restart or Stop
             self.interrupted_by = "from the sidebar"
+            self.ended_for = ending.ask if ending.ask in (Ask.RESTART, Ask.STOP) else None
             self._begin_wind_down("interrupt")
         if asks is not None and asks.where() is not None and self.reason is None:  # Where: said under the cell
             full = asks.take_where()
@@ -255,6 +261,7 @@ class CellRun:
                 self._say_where("the sidebar asked", full)
         if self.reason is None and not self._in_debugger:  # a rank in pdb keeps the others waiting, on purpose
             self._check_mismatch()
+            self._glance()
         limit = self.options.time_limit
         if self.reason is None and limit is not None and time.monotonic() - self._started > limit:
             self.ended_by = OverTime.of(limit)
@@ -265,7 +272,11 @@ class CellRun:
 
     def _handle(self, ev: wire.Event) -> None:
         if isinstance(ev, wire.Problem):  # whichever cell it came from (or none): said now, under this one
-            print(f"jupyter-hvd: rank {ev.rank}: {ev.text}", file=sys.stderr, flush=True)
+            tell.warning(f"rank {ev.rank}: {ev.text}")
+            return
+        if isinstance(ev, wire.Place):  # a rank's answer to a glimpse (a rank done with the cell answers too)
+            if self._glimpse is not None:
+                self._glimpse.take(ev)
             return
         run = self.runs.get(ev.rank)
         if getattr(ev, "cell", None) != self.number or run is None:
@@ -283,6 +294,7 @@ class CellRun:
             else:
                 debugger.answer(self.pool, ev)  # the stop button there: KeyboardInterrupt, as anywhere in the wait
         elif isinstance(ev, wire.Output):
+            self._heard_from()
             chunk = self.digest.feed(ev.rank, ev.stream, ev.text)
             self.figures.lines(chunk)
             if ev.stream == "stderr":
@@ -292,9 +304,13 @@ class CellRun:
                     self._note_stall(self._stderr_tail)
             self.view.output(chunk)
         elif isinstance(ev, wire.Metrics):
+            records = ev.records if isinstance(ev.records, list) else [ev.records]
+            if any(isinstance(r, dict) and "pace" not in r for r in records):  # pace timing alone is no news
+                self._heard_from()
             self.figures.records(ev.rank, ev.records)
             self.view.metrics(ev.rank, ev.records)
         elif isinstance(ev, wire.Display):
+            self._heard_from()
             self.view.display(ev.rank, ev.data, ev.metadata)
         elif isinstance(ev, wire.CellEnded):
             if run.state == "running":
@@ -314,16 +330,40 @@ class CellRun:
                 ev.rank, ev.ok, ev.in_flight, (ev.error or {}).get("ename")
             )
 
+    def _heard_from(self) -> None:
+        self._heard = time.monotonic()
+        if self._doing_said:
+            self._doing_said = False
+            self.view.activity(None)
+
+    def _glance(self) -> None:
+        """After QUIET_S without a word from any rank, the view says what they do (where each is: in a collective and
+        which, in the user's code, done), asked again every QUIET_S while they stay quiet (kernel/diagnose/where.py);
+        the answers come among the cell's events."""
+        now = time.monotonic()
+        glimpse = self._glimpse
+        if glimpse is not None:
+            if glimpse.done():
+                self._glimpse = None
+                quiet = now - self._heard
+                if quiet >= QUIET_S:
+                    ended = {r.rank: _ENDED.get(r.state, r.state) for r in self.runs.values() if r.state != "running"}
+                    heard = self._heard - self._started
+                    since = f"since {heard:.0f} s into the cell" if heard > 0 else "yet"
+                    self.view.activity(f"no output {since}; where the ranks are:\n{glimpse.text(ended)}")
+                    self._doing_said = True
+        elif now - self._heard >= QUIET_S and now - self._glimpsed >= QUIET_S:
+            self._glimpse = where.Glimpse(self.pool)
+            self._glimpsed = now
+
     def _note_debugging(self, ev: wire.Debugging) -> None:
         """Who is in the debugger: said under the cell, and the rank's state in the sidebar."""
         if ev.active and ev.rank not in self._in_debugger:
             self._in_debugger.add(ev.rank)
             if self.options.interactive:  # a replay's breakpoint() goes on by itself
-                print(
-                    f"jupyter-hvd: rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in "
-                    "the input box (c continues, q stops the cell); the other ranks go on until they wait for it.",
-                    file=sys.stderr,
-                    flush=True,
+                tell.news(
+                    f"rank {ev.rank} is in the debugger (pdb) at a breakpoint(): type its commands in the input box "
+                    "(c continues, q stops the cell); the other ranks go on until they wait for it."
                 )
         elif not ev.active:
             self._in_debugger.discard(ev.rank)
@@ -337,9 +377,9 @@ class CellRun:
         try:
             text = where.report(self.pool, why, full, self._handle, (self.number, self.source), ended)
         except KeyboardInterrupt:
-            print("jupyter-hvd: where the ranks were: not asked (interrupted).", file=sys.stderr, flush=True)
+            tell.news("where the ranks were: not asked (interrupted).")
             return
-        print(f"jupyter-hvd: where the ranks were when {why}:\n{where.indented(text)}", file=sys.stderr, flush=True)
+        tell.news(f"where the ranks were when {why}:\n{where.indented(text)}")
 
     def _note_stall(self, text: str) -> None:
         """Horovod's stall inspector (rank 0's stderr, while rank 0's cell runs): the ranks it leaves waiting are
@@ -350,7 +390,9 @@ class CellRun:
             for rank, tensors in failures.stalled(text, running).items()
         }
         self.pool.update_rank_stats(stalled)
-        if stalled and not self._stall_said:
+        # A stall reported once the cell winds down is that wind-down's own (ranks that left, others signalled): asking
+        # where the ranks are then would take up to ANSWER_S + PYSPY_S of the wind-down's --fail-timeout.
+        if stalled and not self._stall_said and self.reason is None:
             self._stall_said = True
             self._say_where("Horovod reported a stall", self.options.where_full)
 
@@ -422,22 +464,29 @@ class CellRun:
         if not set(self.pool.engine_ids()) <= set(client.ids):
             self._check_liveness()
             raise PoolLost(Dead.of("an engine left the pool", []))
-        if self.reason in ("interrupt", "mismatch"):
-            # The ranks still running get their SIGINT before any rank joins: a join lets the collective a running
-            # rank waits in complete, and that rank would go on with its cell before the signal lands.
-            self._advance_wind_down()
+        self._advance_wind_down()
+
+    def _send_joins(self) -> None:
+        """Ask every rank to leave Horovod's collectives once its cell has ended (the Join waits behind the cell on
+        the channel). After an interrupt, not before every rank still running has its SIGINT: a join lets the
+        collective a running rank waits in complete, and that rank would go on with its cell (a print, a step)
+        before a signal still on its way lands. Sending the Interrupt first is not enough: it goes to another rank
+        than the join, whose release can come first under load. Once taken, the signal is pending on the rank's main
+        thread and raises there the moment the collective returns."""
+        if self.reason in ("interrupt", "mismatch") and any(
+            r.state == "running" and not (r.interrupt_taken or r.signal_sent) for r in self.runs.values()
+        ):
+            return
         channel = self.pool.channel
         assert channel is not None
         for run in self.runs.values():
             if not run.join_sent:
-                # Behind the rank's cell on the channel: it runs the moment that rank's cell ends.
                 try:
                     channel.send(run.rank, wire.Join(self.number))
                 except ChannelError as exc:
                     self._check_liveness()
                     raise PoolLost(Unsent.of(run.rank, "asked to leave Horovod's collectives", exc)) from None
                 run.join_sent = True
-        self._advance_wind_down()
 
     def _advance_wind_down(self) -> None:
         now = time.monotonic()
@@ -460,6 +509,7 @@ class CellRun:
             self.pool.signal_interrupt([r.rank for r in deaf])
             for r in deaf:
                 r.signal_sent = True
+        self._send_joins()
         if self.pool.backends.may_strand():
             signaled = {
                 r.rank: (r.signaled_at, r.waiting)
@@ -490,15 +540,14 @@ class CellRun:
     # ---- result --------------------------------------------------------------------------------------------
 
     def _stopped_where(self, ranks: list[int]) -> str:
-        """': rank 0 at cell line 4: hvd.allreduce(...)' for stopped ranks whose interrupt named a line of the cell
-        (numbered as the notebook numbers it, the %%hvd line 1, as tracebacks and where.py do)."""
+        """': rank 0 at Cell In[7], line 4: hvd.allreduce(...)' for stopped ranks whose interrupt named a line of a
+        cell (named by the engine as its tracebacks name it)."""
         places: dict[str, list[int]] = {}
         for rank in ranks:
             record = self.runs[rank].record
             where = (record.error if record else None) or {}
             if where.get("where"):
-                said = re.sub(r"^line (\d+)", lambda m: f"cell line {int(m[1]) + 1}", where["where"])
-                places.setdefault(said, []).append(rank)
+                places.setdefault(where["where"], []).append(rank)
         if not places:
             return "."
         return ":\n" + "\n".join(f"  {format_ranks(rs)} at {w}" for w, rs in places.items())
@@ -539,6 +588,9 @@ class CellRun:
         stopped = sorted(r.rank for r in self.runs.values() if r.state == "stopped" or r.signaled_at)
         if isinstance(self.ended_by, OverTime):
             parts.append(self.ended_by.message)
+        elif self.ended_for is not None and not errors and not exits:  # not an interrupt: what the user asked for
+            what = "Restart" if self.ended_for is Ask.RESTART else "Stop"
+            parts.append(f"The sidebar's {what} stopped this cell: {format_ranks(stopped or list(self.runs))} stopped.")
         elif self.reason == "interrupt" and not errors and not exits:
             by = f" {self.interrupted_by}" if self.interrupted_by else ""
             parts.append(f"Interrupted{by}: {format_ranks(stopped or list(self.runs))} stopped.")
@@ -556,7 +608,8 @@ class CellRun:
                 f"{format_ranks(finished_late)} ran to the end, but collectives after the error completed without "
                 "the failed ranks (they had left them): treat what this cell computed there as invalid."
             )
-        hint = "" if lost is not None else "The pool is ready for the next %%hvd cell."
+        # After the sidebar's Restart or Stop the owner says what became of the pool.
+        hint = "" if lost is not None or self.ended_for is not None else "The pool is ready for the next %%hvd cell."
         interrupted = self.reason == "interrupt" and not errors and self.ended_by is None
         raise CellFailed("\n\n".join(parts), hint, interrupted=interrupted, lost=lost)
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from IPython.core.error import UsageError
 
 from ... import wire
-from .. import failures
+from .. import failures, tell
 from ..channel import CellChannel, ChannelError
 
 TICK_S = 0.25
@@ -41,7 +41,7 @@ def answer(pool: Pool, request: wire.InputRequest) -> None:
     try:
         text = input(prompt(request))
     except Exception:  # a front end without an input box (nbclient, a terminal without stdin)
-        print(f"jupyter-hvd: this front end takes no input: rank {request.rank} continues.", file=sys.stderr)
+        tell.news(f"this front end takes no input: rank {request.rank} continues.")
         text = "q" if request.n else "c"
     send(pool, request, text)
 

@@ -1,8 +1,8 @@
 """Where every rank is, in the user's words: the cell line and function, the collective it waits in, identical places
 grouped, library frames folded unless asked for:
 
-    ranks 0,2,3: waiting in allreduce 'grad_sync' (cell line 6)
-    rank 1: in load_batch() (cell line 3) -> time.sleep(1)
+    ranks 0,2,3: waiting in allreduce 'grad_sync' (Cell In[7], line 6)
+    rank 1: in load_batch() (Cell In[7], line 3) -> time.sleep(1)
 
 Shown when the stop button ends a running cell, when Horovod reports a stall, by %hvd_where and by the sidebar's
 Where (the pool file's `where`). Each rank answers from a thread of its own (engine/diagnose/where.py), without being
@@ -30,6 +30,7 @@ from ... import state, wire
 from .. import failures
 from ..asks import Asks
 from ..channel import CellChannel, ChannelError
+from ..errors import frame_location
 from ..launch.hosts import is_this_host
 from ..launch.pool_file import PoolFile
 from ..ranks import Rank, format_ranks
@@ -51,38 +52,37 @@ class Pool(failures.Processes, Protocol):
     def publish(self) -> None: ...
 
 
-def at(frame: wire.Frame, cell: int | None) -> str:
-    """'cell line 6' (as the notebook numbers the running cell's lines: %%hvd is line 1), 'line 3 of an earlier cell'
-    (a function defined there), or 'data.py:12'."""
-    number = wire.cell_number(frame["file"])
-    if number is None:
-        return f"{Path(frame['file']).name}:{frame['line']}" if frame["line"] else Path(frame["file"]).name
-    line = frame["line"] + 1
-    return f"cell line {line}" if number == cell else f"line {line} of an earlier cell"
+def at(frame: wire.Frame) -> str:
+    """'Cell In[7], line 6' (a cell's frame, named as tracebacks and pdb name it), or 'data.py:12'."""
+    in_cell = frame_location(frame["file"], frame["line"])
+    if in_cell is not None:
+        return in_cell
+    return f"{Path(frame['file']).name}:{frame['line']}" if frame["line"] else Path(frame["file"]).name
 
 
 def describe(place: wire.Place, full: bool = False) -> str:
-    """One rank's place in words: "waiting in allreduce 'x' (cell line 6)", 'in f() (cell line 3) -> time.sleep(1)';
+    """One rank's place in words: "waiting in allreduce 'x' (Cell In[7], line 6)", 'in f() (Cell In[7], line 3) ->
+    time.sleep(1)';
     with `full`, every frame below on lines of their own."""
     if place.cell is None and not place.debugger:
         return "idle (no cell running)"
     frames = place.frames
     user = [i for i, f in enumerate(frames) if not f["library"]]
     last = frames[user[-1]] if user else None
-    spot = ""  # 'in load_batch() (cell line 3)', or 'at cell line 6' in the cell itself
+    spot = ""  # 'in load_batch() (Cell In[7], line 3)', or 'at Cell In[7], line 6' in the cell itself
     if last is not None:
-        where = at(last, place.cell)
+        where = at(last)
         spot = f"at {where}" if last["function"] == "<module>" else f"in {last['function']}() ({where})"
     if place.debugger:
         text = f"in the debugger (pdb){' ' + spot if spot else ''}"
     elif place.waiting:
         text = f"waiting in {place.waiting}"
         if last is not None:
-            text += f" ({at(last, place.cell)})" if spot.startswith("at ") else f" {spot}"
+            text += f" ({at(last)})" if spot.startswith("at ") else f" {spot}"
     else:
         text = f"{spot or 'in library code'}{_tail(frames, user[-1] if user else -1)}"
     if full:
-        text += "".join(f"\n      {_frame(f, place.cell)}" for f in frames) or "\n      (no Python frames)"
+        text += "".join(f"\n      {_frame(f)}" for f in frames) or "\n      (no Python frames)"
     return text
 
 
@@ -106,9 +106,9 @@ def _name(frame: wire.Frame) -> str:
     return f"{_module(frame['file'])}.{frame['function']}"
 
 
-def _frame(f: wire.Frame, cell: int | None) -> str:
+def _frame(f: wire.Frame) -> str:
     if wire.cell_number(f["file"]) is not None:
-        return f"{f['function']} ({at(f, cell)})"
+        return f"{f['function']} ({at(f)})"
     return f"{f['function']} ({f['file']}{':' + str(f['line']) if f['line'] else ''})"
 
 
@@ -148,15 +148,18 @@ def ask(
         return {}
     meanwhile: list[wire.Event] = []  # handed on after the picture: handling one may wait (a pdb prompt does)
     try:
-        places = _answers(pool, channel, meanwhile)
+        n, places = _answers(pool, channel, meanwhile)
+        silent = [r for r in pool.ranks if r.rank not in places]
+        outside = _from_outside(pool, silent, full, source) if silent else {}
+        # A rank slow to answer on a loaded machine (not busy in native code) answers while py-spy reads it: its own
+        # answer is the better picture.
+        places.update(_arrived(channel, n, meanwhile))
         lines = {rank: describe(place, full) for rank, place in places.items()}
         for rank, place in places.items():
             if source is not None and place.cell is None and not place.debugger:
                 # The cell was sent: this rank is done with it, or has not begun it (busy with what came before).
                 lines[rank] = (ended or {}).get(rank, "has not begun this cell yet")
-        silent = [r for r in pool.ranks if r.rank not in lines]
-        if silent:
-            lines.update(_from_outside(pool, silent, full, source))
+        lines.update({rank: line for rank, line in outside.items() if rank not in lines})
     finally:
         if other is not None:
             for event in meanwhile:
@@ -164,8 +167,9 @@ def ask(
     return lines
 
 
-def _answers(pool: Pool, channel: CellChannel, meanwhile: list[wire.Event]) -> dict[int, wire.Place]:
-    """The ranks' own answers to a new Where, within ANSWER_S; other events that arrive go to `meanwhile`."""
+def _answers(pool: Pool, channel: CellChannel, meanwhile: list[wire.Event]) -> tuple[int, dict[int, wire.Place]]:
+    """The ranks' own answers to a new Where (its number, and the answers by rank), within ANSWER_S; other events
+    that arrive go to `meanwhile`."""
     n = next(_numbers)
     asked = []
     for r in pool.ranks:
@@ -183,7 +187,66 @@ def _answers(pool: Pool, channel: CellChannel, meanwhile: list[wire.Event]) -> d
                 places[event.rank] = event
         elif event is not None:
             meanwhile.append(event)
+    return n, places
+
+
+def _arrived(channel: CellChannel, n: int, meanwhile: list[wire.Event]) -> dict[int, wire.Place]:
+    """Answers to Where `n` already received, without waiting; other events go to `meanwhile`."""
+    places: dict[int, wire.Place] = {}
+    event = channel.receive(0)
+    while event is not None:
+        if isinstance(event, wire.Place):
+            if event.n == n:
+                places[event.rank] = event
+        else:
+            meanwhile.append(event)
+        event = channel.receive(0)
     return places
+
+
+class Glimpse:
+    """Where every rank is, asked without waiting while a cell runs quiet: the answers come among the cell's events
+    (the cell hands them to `take`); a rank that does not answer within ANSWER_S is not read from outside (py-spy
+    pauses it, too much for a look taken every few seconds)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.n = next(_numbers)
+        self.asked = time.monotonic()
+        self.ranks: list[int] = []
+        self.places: dict[int, wire.Place] = {}
+        channel = pool.channel
+        for r in pool.ranks:
+            if channel is None:
+                break
+            try:
+                channel.send(r.rank, wire.Where(self.n))
+                self.ranks.append(r.rank)
+            except ChannelError:
+                pass  # a rank that died: the cell's liveness check says so
+
+    def take(self, place: wire.Place) -> None:
+        """A rank's answer (answers to another Where are left alone)."""
+        if place.n == self.n:
+            self.places[place.rank] = place
+
+    def done(self) -> bool:
+        """Whether every rank answered, or ANSWER_S passed."""
+        return len(self.places) >= len(self.ranks) or time.monotonic() - self.asked > ANSWER_S
+
+    def text(self, ended: dict[int, str]) -> str:
+        """The ranks' places, grouped; `ended`: what the ranks that are done with the cell did, in words."""
+        lines = {}
+        for rank in self.ranks:
+            place = self.places.get(rank)
+            if rank in ended:
+                lines[rank] = ended[rank]
+            elif place is None:
+                lines[rank] = "not answering (busy in native code, or the machine is busy)"
+            elif place.cell is None and not place.debugger:
+                lines[rank] = "has not begun this cell yet"
+            else:
+                lines[rank] = describe(place)
+        return grouped(lines)
 
 
 def _from_outside(pool: Pool, silent: list[Rank], full: bool, source: tuple[int, str] | None) -> dict[int, str]:

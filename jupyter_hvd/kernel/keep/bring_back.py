@@ -13,10 +13,9 @@ Runs in the user's kernel, behind the keep service (kernel/keep/service.py): `br
 from __future__ import annotations
 
 import secrets
-import sys
 
 from ... import wire
-from .. import transfer
+from .. import tell, transfer
 from ..failures import PoolLost
 from ..launch.pool import Pool
 from . import restore
@@ -42,7 +41,7 @@ def bring_back(pool: Pool) -> str:
         except PoolLost as lost:
             said = f"the engines were lost while {pool.coming_back} ({lost.failure.message.splitlines()[0]})"
             pool.coming_back = ""
-            print(f"jupyter-hvd: {said}: restarting the pool again...", file=sys.stderr, flush=True)
+            tell.news(f"{said}: restarting the pool again...")
             pool.replace_engines()
     return (
         f"the engines were lost {ATTEMPTS} times while the setup journal was replayed or the kept names restored "
