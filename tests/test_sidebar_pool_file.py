@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from jupyter_hvd import state
@@ -23,6 +24,7 @@ class FakePool:
     started_at: float = field(default_factory=time.time)
     state: str = "idle"
     busy_cell: str | None = None
+    busy_own: bool = False
     ranks: list[Rank] = field(default_factory=lambda: [Rank(0, 0, "h", 1, "cpu", "MPI", "MPI")])
     keeper: Keeper = field(default_factory=Keeper)
 
@@ -41,7 +43,7 @@ class FakePool:
         return {"kept": [], "snapshots": 0, "kept_bytes": 0}
 
 
-def test_the_pool_file_says_the_journal_size_and_when_the_running_cell_began(_state_dir) -> None:
+def test_the_pool_file_says_the_journal_size_and_when_the_running_cell_began(_state_dir: Path) -> None:
     pool = FakePool()
     pool.keeper.journal.extend(["setup cell 1", "setup cell 2"])  # type: ignore[list-item]  # only counted here
     file = PoolFile(pool.id)
