@@ -38,7 +38,11 @@ def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_repl
     try:
         r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
         assert r.status == "ok", r.error_text
-        setup = f"%%hvd --setup\nimport os, time\nx = 1\nwhile os.path.exists({str(slow)!r}):\n    time.sleep(0.1)"
+        mark = tmp_path / "replaying"  # the setup cell says it began (rank 0), then waits while `slow` exists
+        setup = (
+            f"%%hvd --setup\nimport os, time\nx = 1\nif rank == 0:\n    open({str(mark)!r}, 'w').close()\n"
+            f"while os.path.exists({str(slow)!r}):\n    time.sleep(0.1)"
+        )
         assert k.run(setup).status == "ok"
         pool_id = k.run("from jupyter_hvd.kernel.owner import current\nprint(current().id)").stdout.strip()
         # Restart from the sidebar: the action file the Jupyter server writes, between cells.
@@ -51,8 +55,12 @@ def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_repl
         assert "the pool was restarted from the sidebar at" in said and "replayed 1 setup cell" in said, said
         # Stop from the sidebar while the replay of a restart runs: said, no AssertionError.
         slow.touch()
+        mark.unlink()
         state.request_action(pool_id, "restart")
-        time.sleep(5)  # the restart's replay now waits on the file
+        deadline = time.monotonic() + 120
+        while not mark.exists():  # the restart's replay of the setup cell began, and now waits on `slow`
+            assert time.monotonic() < deadline, "the restart's replay did not begin within 120 s"
+            time.sleep(0.1)
         state.request_action(pool_id, "stop")
         time.sleep(3)
         slow.unlink()
