@@ -1,13 +1,16 @@
 """Every use of a Horovod, ipykernel or IPython internal (and one of the standard inspect module), in one place, each
+checked against the versions it was written for.
 
 jupyter-hvd keeps a pool alive across cells and failures, which Horovod's and ipykernel's public APIs do not cover:
 it resets Horovod's table of operations in flight after a failed cell, names and times the collectives a rank waits
-in, removes the gradient hooks of an optimizer wrapped twice, and shortens ipykernel's output flush timer while a
-cell streams. Those names are private and may change in any release: each accessor below checks that what it uses
+in, removes the gradient hooks of an optimizer wrapped twice, shortens ipykernel's output flush timer while a cell
+streams, and has IPython's tracebacks name a cell by its prompt (and find its module without scanning every one).
+Those names are private and may change in any release: each accessor below checks that what it uses
 is there and raises `CompatError` saying which internal of which version is missing, and `check_horovod()` /
 `check_ipykernel()` tell at start when a version outside the supported ones is in use.
 
-Horovod's accessors run on the engines only (they import horovod.torch); ipykernel's run in kernels and engines.
+Horovod's accessors run on the engines only (they import horovod.torch); ipykernel's and IPython's run in kernels and
+engines.
 """
 
 from __future__ import annotations
