@@ -327,7 +327,7 @@ class Channel:
         if args.exc_type is SystemExit:
             return
         name = args.thread.name if args.thread is not None else "a thread"
-        where = runner.describe_exception(args.exc_value, colors=False) if args.exc_value is not None else {}
+        where = runner.describe_exception(args.exc_value) if args.exc_value is not None else {}
         self.problem(
             f"thread {name!r} raised {args.exc_type.__name__}: {args.exc_value}\n{where.get('traceback', '')}".rstrip()
         )

@@ -11,7 +11,6 @@ import io
 import linecache
 import os
 import pickle
-import re
 import sys
 import time
 import traceback
@@ -192,6 +191,7 @@ _unnamed_said = False
 
 def _name_cell(shell: Any, filename: str, count: int | None) -> None:
     global _unnamed_said
+    compat.cell_is_main(filename)
     try:
         compat.name_cell(shell, filename, count)
     except compat.CompatError as exc:
@@ -200,10 +200,9 @@ def _name_cell(shell: Any, filename: str, count: int | None) -> None:
             outbox.problem(str(exc))
 
 
-def describe_exception(exc: BaseException, colors: bool = True) -> ErrorInfo:
+def describe_exception(exc: BaseException) -> ErrorInfo:
     """Name, message and traceback of `exc`, without this module's own frames. The traceback is IPython's own form, as
-    a notebook shows a cell's error (cells named `Cell In[7], line 4`, the failing line among its neighbours);
-    `colors`: in the engine's IPython colours, else plain text."""
+    a notebook shows a cell's error (cells named `Cell In[7], line 4`, the failing line among its neighbours)."""
     if isinstance(exc, SystemExit):
         # exit(), quit() and sys.exit() end the cell on this rank; the engine stays (a script would have ended).
         code = exc.code if exc.code is not None else 0
@@ -219,7 +218,7 @@ def describe_exception(exc: BaseException, colors: bool = True) -> ErrorInfo:
     return ErrorInfo(
         ename=type(exc).__name__,
         evalue=_capped(str(exc)),
-        traceback=_capped(_formatted(exc, tb, colors)),
+        traceback=_capped(_formatted(exc, tb)),
         where=_capped(where, 400),
     )
 
@@ -230,19 +229,12 @@ def _prompt(filename: str) -> str | None:
     return compat.cell_prompt(get_ipython(), filename)
 
 
-def _formatted(exc: BaseException, tb: Any, colors: bool) -> str:
+def _formatted(exc: BaseException, tb: Any) -> str:
     """`exc` from `tb` down, as IPython's notebook shows it; Python's own form where IPython's formatter fails."""
-    from IPython import get_ipython
-
-    shell = get_ipython()
     try:
-        text = "\n".join(shell.InteractiveTB.structured_traceback(type(exc), exc, tb))
+        return compat.context_traceback(exc, tb)
     except Exception:  # a broken __repr__ or source IPython cannot read must not hide the user's error
         return "".join(traceback.format_exception(type(exc), exc, tb))
-    return text if colors else _ANSI.sub("", text)
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def warm_up() -> None:
@@ -251,4 +243,4 @@ def warm_up() -> None:
     try:
         raise ValueError("warm-up")
     except ValueError as exc:
-        _formatted(exc, exc.__traceback__, colors=True)
+        _formatted(exc, exc.__traceback__)
