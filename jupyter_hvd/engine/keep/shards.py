@@ -54,7 +54,6 @@ def load(wanted: dict[str, tuple[Any, str, str]], folder: Path) -> dict[str, Any
     """key -> a DTensor laid out like the live DTensor `wanted[key][0]`, holding this rank's shard saved in `folder`
     (in the dtype it was kept in). ValueError naming the shards (`wanted[key][1]`, kept laid out as `wanted[key][2]`)
     whose place in the whole tensor differs from the live one's."""
-    import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.tensor import DTensor
@@ -76,14 +75,27 @@ def load(wanted: dict[str, tuple[Any, str, str]], folder: Path) -> dict[str, Any
         if now != was:
             problems[what] = f"this rank's shard was {was} ({placed}) when kept, {now} ({placements(like)}) now"
             continue
-        local = torch.empty(like.to_local().shape, dtype=meta.properties.dtype, device=like.to_local().device)
-        out[key] = DTensor.from_local(local, like.device_mesh, like.placements, shape=like.shape, stride=like.stride())
+        out[key] = _empty_like(like, meta.properties.dtype)
+    _refuse(problems)
+    dcp.load(out, storage_reader=reader, no_dist=True)
+    return out
+
+
+def _empty_like(like: Any, dtype: Any) -> Any:
+    """A DTensor laid out as the live `like`, of the kept `dtype`, for DCP to load into."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    local = torch.empty(like.to_local().shape, dtype=dtype, device=like.to_local().device)
+    return DTensor.from_local(local, like.device_mesh, like.placements, shape=like.shape, stride=like.stride())
+
+
+def _refuse(problems: dict[str, str]) -> None:
+    """ValueError naming the first kept value that cannot be loaded, and up to three more."""
     if problems:
         (first, why), *others = problems.items()
         also = f"; also {', '.join(w for w, _ in others[:3])}" + (" and more" if len(others) > 3 else "")
         raise ValueError(f"{first}: {why}{also if others else ''}")
-    dcp.load(out, storage_reader=reader, no_dist=True)
-    return out
 
 
 def load_anew(wanted: dict[str, tuple[Any, str, str]], folders: list[Path]) -> dict[str, Any]:
@@ -91,7 +103,6 @@ def load_anew(wanted: dict[str, tuple[Any, str, str]], folders: list[Path]) -> d
     the old ranks' checkpoints (`folders`, one per old rank) hold its part of the whole tensor. DCP reads across
     layouts: its planner intersects the live chunk with the kept chunks; only the checkpoints' metadata is merged
     here. ValueError naming the tensors whose whole shape differs."""
-    import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.tensor import DTensor
@@ -109,14 +120,8 @@ def load_anew(wanted: dict[str, tuple[Any, str, str]], folders: list[Path]) -> d
         elif tuple(meta.size) != tuple(like.shape):
             problems[what] = f"it was {tuple(meta.size)} when kept, {tuple(like.shape)} now"
         else:
-            local = torch.empty(like.to_local().shape, dtype=meta.properties.dtype, device=like.to_local().device)
-            out[key] = DTensor.from_local(
-                local, like.device_mesh, like.placements, shape=like.shape, stride=like.stride()
-            )
-    if problems:
-        (first, why), *others = problems.items()
-        also = f"; also {', '.join(w for w, _ in others[:3])}" + (" and more" if len(others) > 3 else "")
-        raise ValueError(f"{first}: {why}{also if others else ''}")
+            out[key] = _empty_like(like, meta.properties.dtype)
+    _refuse(problems)
     dcp.load(out, storage_reader=reader, no_dist=True)
     return out
 
