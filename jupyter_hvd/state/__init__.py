@@ -17,7 +17,7 @@ modules.
 
 from __future__ import annotations
 
-from .actions import ACTIONS, Action, Ask, action_file, request_action, take_action
+from .actions import ACTIONS, MAX_RANKS, Action, Ask, action_file, request_action, take_action
 from .pool_files import list_pools, write_pool
 from .private import (
     LEGACY_DIR_ENV,
@@ -62,6 +62,7 @@ __all__ = [
     "ACTIONS",
     "LEGACY_DIR_ENV",
     "MAX_FILE_BYTES",
+    "MAX_RANKS",
     "POOL_FILE",
     "POOL_ID",
     "SLURM_JOB",

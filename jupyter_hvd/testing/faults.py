@@ -240,11 +240,17 @@ def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, state_dir: Path, pref
         expected = res.status == "ok"
     else:
         expected = res.status == "error" and fault.expected in text
-    after = k.run(healthy, timeout=60)
-    next_ok = after.status == "ok" and "sum 3.0" in after.stdout
+    try:
+        after = k.run(healthy, timeout=60)
+        said_after = (after.error_text + after.stderr)[-400:]
+        next_ok = after.status == "ok" and "sum 3.0" in after.stdout
+    except TimeoutError:  # counted, not raised: the cycles after it still tell what else goes wrong
+        k.km.interrupt_kernel()
+        said_after, next_ok = "it did not finish within 60 s", False
+        _wait_idle(k)
     detail = "" if expected else text[-600:]
     if not next_ok:  # what the fault's cell said (a restart that failed says why there), then the next cell
-        detail = f"{text[-600:]}\n-- the next cell:\n{(after.error_text + after.stderr)[-400:]}"
+        detail = f"{text[-600:]}\n-- the next cell:\n{said_after}"
     if missed:
         detail = f"the fault was not injected: {missed[0]}\n{detail}"
     # A cell that ended later than its bound did not hang: how long cells take is bench/fault_campaign.py's figure
@@ -254,3 +260,11 @@ def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, state_dir: Path, pref
     )
     outcome.injected = not missed
     return outcome
+
+
+def _wait_idle(k: Kernel) -> None:
+    """After an interrupted cell: until the kernel answers again (a cell that runs at once), 60 s at most."""
+    try:
+        k.run("pass", timeout=60)
+    except TimeoutError:
+        pass

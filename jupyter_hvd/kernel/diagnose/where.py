@@ -326,8 +326,8 @@ def outside_stacks(pids: dict[int, bool]) -> dict[int, list[wire.Frame]]:
     """The main thread's frames of local processes (pid -> whether it is stopped), innermost last, from the cell's
     down, read by py-spy without running anything in them; a pid py-spy cannot read (not installed, not permitted)
     is left out. A stopped process gives its Python frames only (py-spy cannot pause it further), a running one its
-    native frames too: read again (a few times, within PYSPY_S) where the native unwinding failed at the instruction
-    it caught, which leaves the Python frames only."""
+    native frames too: read again (up to NATIVE_TRIES times, within PYSPY_S) where the native unwinding failed at the
+    instruction it caught, which leaves the Python frames only."""
     spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
     if not spy or not pids:
         return {}
@@ -343,7 +343,7 @@ def outside_stacks(pids: dict[int, bool]) -> dict[int, list[wire.Frame]]:
     return stacks
 
 
-NATIVE_TRIES = 3
+NATIVE_TRIES = 8  # py-spy's native unwinding fails at some instructions (1 dump in 8 of a regex match with torch loaded)
 
 
 def _native_inside(frames: list[wire.Frame] | None) -> bool:
