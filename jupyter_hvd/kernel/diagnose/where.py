@@ -343,7 +343,8 @@ def outside_stacks(pids: dict[int, bool]) -> dict[int, list[wire.Frame]]:
     return stacks
 
 
-NATIVE_TRIES = 8  # py-spy's native unwinding fails at some instructions (1 dump in 8 of a regex match with torch loaded)
+# py-spy's native unwinding fails at some instructions (1 dump in 8 of a regex match with torch loaded).
+NATIVE_TRIES = 8
 
 
 def _native_inside(frames: list[wire.Frame] | None) -> bool:
