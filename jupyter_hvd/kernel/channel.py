@@ -23,7 +23,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
@@ -47,6 +47,14 @@ _MONITORED = _HANDSHAKE_FAILED | zmq.EVENT_DISCONNECTED
 
 class ChannelError(Exception):
     """A request could not be sent: the rank's engine is not connected (it died, or was never started)."""
+
+
+class Channel(Protocol):
+    """What Where and the debugger use of a cell channel (CellChannel): a fake one plays the ranks in tests."""
+
+    def send(self, rank: int, request: Request) -> None: ...
+
+    def receive(self, timeout: float) -> Event | None: ...
 
 
 class _OnlyThisKey:

@@ -11,15 +11,21 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from ... import state
 from ...digest import Chunk
 from ...widgets import CellView
-from ..launch.pool import Pool
+from ..launch.pool_file import Published
 from .straggler import StragglerDetector
 
 PUBLISH_EVERY_S = 0.25  # the sidebar's figures are written at most 4 times a second
+
+
+class Pool(Published, Protocol):
+    """What the figures use of a pool (kernel/launch/pool.py)."""
+
+    def update_rank_stats(self, stats: dict[int, dict[str, Any]], publish: bool = True) -> None: ...
 
 
 class CellFigures:

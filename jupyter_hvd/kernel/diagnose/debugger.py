@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 
 from ... import wire
 from .. import failures, tell
-from ..channel import CellChannel, ChannelError
+from ..channel import Channel, ChannelError
 
 TICK_S = 0.25
 LEAVE_S = 5.0  # after the stop button, how long a rank's pdb may take to quit
@@ -25,7 +25,8 @@ LEAVE_S = 5.0  # after the stop button, how long a rank's pdb may take to quit
 class Pool(failures.Processes, Protocol):
     """What the debugger uses of a pool (kernel/launch/pool.py)."""
 
-    channel: CellChannel | None
+    @property  # read-only, so a pool's CellChannel fits, as does a test's fake
+    def channel(self) -> Channel | None: ...
 
     def interrupt(self, ranks: list[int], cell: int) -> None: ...
 
@@ -98,7 +99,7 @@ def post_mortem(pool: Pool, rank: int, n: int) -> None:
                 raise UsageError(f"While in the debugger, {dead}")
 
 
-def _step(pool: Pool, channel: CellChannel, rank: int, n: int, leaving: bool) -> wire.Debugged | None:
+def _step(pool: Pool, channel: Channel, rank: int, n: int, leaving: bool) -> wire.Debugged | None:
     """Handle the next event of debug session `n` (`leaving`: its prompts are answered q); its end, once it came."""
     event: Any = channel.receive(TICK_S)
     if getattr(event, "rank", None) != rank:

@@ -29,10 +29,10 @@ from typing import Any, Protocol
 from ... import state, wire
 from .. import failures
 from ..asks import Asks
-from ..channel import CellChannel, ChannelError
+from ..channel import Channel, ChannelError
 from ..errors import frame_location
 from ..launch.hosts import is_this_host
-from ..launch.pool_file import PoolFile
+from ..launch.pool_file import Published
 from ..ranks import Rank, format_ranks
 
 ANSWER_S = 1.0  # how long ranks have to answer before py-spy reads them from outside
@@ -41,15 +41,14 @@ _numbers = iter(range(1, 1 << 62))
 _PYSPY_FRAME = re.compile(r"^\s+(\S.*?) \((.*?)(?::(\d+))?\)\s*$")
 
 
-class Pool(failures.Processes, Protocol):
+class Pool(failures.Processes, Published, Protocol):
     """What "where" uses of a pool (kernel/launch/pool.py)."""
 
-    channel: CellChannel | None
-    file: PoolFile
     lock: Any
     busy_cell: str | None
 
-    def publish(self) -> None: ...
+    @property  # read-only, so a pool's CellChannel fits, as does a test's fake
+    def channel(self) -> Channel | None: ...
 
 
 def at(frame: wire.Frame) -> str:
@@ -167,7 +166,7 @@ def ask(
     return lines
 
 
-def _answers(pool: Pool, channel: CellChannel, meanwhile: list[wire.Event]) -> tuple[int, dict[int, wire.Place]]:
+def _answers(pool: Pool, channel: Channel, meanwhile: list[wire.Event]) -> tuple[int, dict[int, wire.Place]]:
     """The ranks' own answers to a new Where (its number, and the answers by rank), within ANSWER_S; other events
     that arrive go to `meanwhile`."""
     n = next(_numbers)
@@ -190,7 +189,7 @@ def _answers(pool: Pool, channel: CellChannel, meanwhile: list[wire.Event]) -> t
     return n, places
 
 
-def _arrived(channel: CellChannel, n: int, meanwhile: list[wire.Event]) -> dict[int, wire.Place]:
+def _arrived(channel: Channel, n: int, meanwhile: list[wire.Event]) -> dict[int, wire.Place]:
     """Answers to Where `n` already received, without waiting; other events go to `meanwhile`."""
     places: dict[int, wire.Place] = {}
     event = channel.receive(0)

@@ -148,3 +148,11 @@ class PoolFile:
     def remove(self) -> None:
         """The pool stopped: its file goes."""
         state.remove(self.path)
+
+
+class Published(Protocol):
+    """A pool as those who change what its file shows see it (kernel/launch/pool.py): the file, rewritten soon."""
+
+    file: PoolFile
+
+    def publish(self) -> None: ...
