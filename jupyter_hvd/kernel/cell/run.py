@@ -17,7 +17,7 @@ import itertools
 import pickle
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from IPython.display import display
 
@@ -26,7 +26,7 @@ from ...digest import Digest
 from ...widgets import CellView, plain_view
 from .. import failures, tell
 from ..asks import Ask, Asks
-from ..channel import ChannelError
+from ..channel import Channel, ChannelError
 from ..diagnose import debugger, where
 from ..errors import CellFailed, group_errors, name_cell
 from ..failures import (
@@ -43,8 +43,10 @@ from ..failures import (
     Unsent,
     Wait,
 )
-from ..launch.pool import Pool
+from ..launch.backends import Backends
+from ..launch.options import HvdPool
 from ..ranks import format_ranks
+from . import figures
 from .figures import CellFigures
 
 GRACE_S = 1.0  # after a first error, how long other ranks may take to end (or raise the same error) by themselves
@@ -93,10 +95,53 @@ class _RankRun:
     waiting: Wait | None = None  # the collective this rank has waited in for a while
 
 
+class RunChannel(Channel, Protocol):
+    """What a cell uses of the cell channel (kernel/channel.py CellChannel)."""
+
+    problems: list[tuple[int, str]]
+    between: list[tuple[int, str, str]]
+
+    def drain(self) -> None: ...
+
+
+class Client(Protocol):
+    """What a cell reads of the pool's ipyparallel client: the engines still connected."""
+
+    @property
+    def ids(self) -> list[int]: ...
+
+
+class CellPool(where.Pool, debugger.Pool, figures.Pool, Protocol):
+    """What a cell uses of a pool (kernel/launch/pool.py), itself and through Where, the debugger and the figures it
+    hands the pool to: tests play the ranks behind a fake one that mypy checks against this."""
+
+    options: HvdPool
+    backends: Backends
+    stopped: bool
+    cells_run: int
+    last_failed: list[int]
+    newest_problem_shown: Any
+
+    # Read-only, so what a pool holds fits: its CellChannel and ipyparallel's Client, or a test's fakes.
+    @property
+    def channel(self) -> RunChannel | None: ...
+
+    @property
+    def client(self) -> Client | None: ...
+
+    def set_state(self, pool_state: str, cell: str | None = None, publish: bool = True, own: bool = False) -> None: ...
+
+    def engine_ids(self) -> list[int]: ...
+
+    def signal_interrupt(self, ranks: list[int]) -> None: ...
+
+    def mpiexec_alive(self) -> bool: ...
+
+
 class CellRun:
     """One execution of a cell on the pool. Use `run()`; it returns rank 0's value or raises CellFailed."""
 
-    def __init__(self, pool: Pool, source: str, options: CellOptions, asks: Asks | None = None) -> None:
+    def __init__(self, pool: CellPool, source: str, options: CellOptions, asks: Asks | None = None) -> None:
         self.pool = pool
         self.asks = asks  # the sidebar's Interrupt, Restart, Stop and Where (None: a cell the sidebar cannot reach)
         self.source = source
