@@ -9,7 +9,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from types import SimpleNamespace
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -20,6 +21,8 @@ from jupyter_hvd.kernel.cell.run import CellOptions, CellRun
 from jupyter_hvd.kernel.errors import CellFailed
 from jupyter_hvd.kernel.failures import Done, Wait
 from jupyter_hvd.kernel.launch.backends import Backends
+from jupyter_hvd.kernel.launch.options import HvdPool
+from jupyter_hvd.kernel.launch.pool_file import PoolFile
 from jupyter_hvd.kernel.ranks import Rank
 from jupyter_hvd.widgets import QuietView
 
@@ -118,20 +121,20 @@ def test_what_follows_from_the_wind_down_is_not_a_second_error():
 
 
 class FakeChannel:
-    """The kernel's end of the cell channel, with engines played by `engine(channel, rank, request)`."""
+    """The kernel's end of the cell channel (run.RunChannel), engines played by `engine(channel, rank, request)`."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.events: deque[wire.Event] = deque()
-        self.sent: list[tuple[int, Any]] = []
-        self.problems: list[Any] = []
-        self.between: list[Any] = []
+        self.sent: list[tuple[int, wire.Request]] = []
+        self.problems: list[tuple[int, str]] = []
+        self.between: list[tuple[int, str, str]] = []
         self.lock = threading.Lock()
 
     def drain(self) -> None:
         pass
 
-    def send(self, rank: int, request: Any) -> None:
+    def send(self, rank: int, request: wire.Request) -> None:
         self.sent.append((rank, request))
         self.engine(self, rank, request)
 
@@ -147,6 +150,9 @@ class FakeChannel:
         return None
 
 
+Engine = Callable[[FakeChannel, int, wire.Request], None]
+
+
 class FakeView(QuietView):
     """The quiet view (the CellView protocol), remembering how the cell ended."""
 
@@ -158,24 +164,30 @@ class FakeView(QuietView):
         self.closed_ok = ok
 
 
-class FakePool:
-    """What CellRun reads and calls of a pool, with two ranks whose engines `engine` plays."""
+@dataclass
+class FakeClient:
+    """ipyparallel's client as a cell reads it (run.Client): both engines connected."""
 
-    def __init__(self, engine: Any, on_interrupt: Any = None) -> None:
+    ids: list[int]
+
+
+class FakePool:
+    """What CellRun reads and calls of a pool (run.CellPool), with two ranks whose engines `engine` plays."""
+
+    def __init__(self, engine: Engine, on_interrupt: Callable[[FakeChannel, list[int]], None] | None = None) -> None:
         self.channel = FakeChannel(engine)
-        self.ranks = [SimpleNamespace(rank=0, pid=100), SimpleNamespace(rank=1, pid=101)]
-        self.client = SimpleNamespace(ids=[0, 1])
-        self.options = SimpleNamespace(timeout=30.0, fail_timeout=10.0)
-        self.file = SimpleNamespace(
-            nonfinite=None, straggler=None, start_of_cell=lambda: None, end_of_cell=lambda: None
-        )
-        self.keeper = SimpleNamespace(snapshots=SimpleNamespace(news=[]))
+        self.ranks = [Rank(r, r, "vm", 100 + r, "cpu", "MPI", "MPI") for r in (0, 1)]
+        self.client = FakeClient([0, 1])
+        self.options = HvdPool(timeout=30.0, fail_timeout=10.0)
+        self.file = PoolFile("hvd-1-9")  # never written: nothing publishes here
         self.lock = threading.RLock()
+        self.busy_cell: str | None = None
         self.stopped = False
         self.backends = Backends()
-        self.newest_problem_shown = None
+        self.newest_problem_shown: Any = None
         self.cells_run = 0
         self.last_failed: list[int] = []
+        self.state = "idle"
         self.interrupted: list[int] = []
         self.signalled: list[int] = []
         self.dead: list[int] = []
@@ -185,7 +197,7 @@ class FakePool:
         self.state = pool_state
 
     def update_rank_stats(self, stats: dict[int, dict[str, Any]], publish: bool = True) -> None:
-        pass
+        self.file.update_ranks(stats)  # refuses a name the pool file has no field for, as the pool's does
 
     def publish(self) -> None:
         pass
@@ -224,7 +236,7 @@ def waiting(rank: int, cell: int, name: str, number: int) -> wire.Waiting:
 
 
 def run(pool: FakePool) -> CellFailed:
-    cell = CellRun(pool, "pass", CellOptions(view=FakeView(), record=False))  # type: ignore[arg-type]
+    cell = CellRun(pool, "pass", CellOptions(view=FakeView(), record=False))
     with pytest.raises(CellFailed) as failed:
         cell.run()
     return failed.value
@@ -360,7 +372,7 @@ def test_no_rank_joins_before_the_ranks_still_running_took_their_interrupt():
 
     pool = FakePool(engine, on_interrupt)
     view = FakeView()
-    cell = CellRun(pool, "pass", CellOptions(view=view, record=False))  # type: ignore[arg-type]
+    cell = CellRun(pool, "pass", CellOptions(view=view, record=False))
     with pytest.raises(CellFailed) as failed:
         cell.run()
     assert failed.value.message == "Interrupted: ranks 0-1 stopped.", failed.value.message

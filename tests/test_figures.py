@@ -1,25 +1,29 @@
 """A running cell's figures (kernel/cell/figures.py): what the sidebar, the view and the line under the cell get from
-the ranks' output and report() records. Pure logic: a fake pool file records what is written."""
+the ranks' output and report() records. Pure logic: a fake pool records the stats written (its file is a real one,
+never written)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from jupyter_hvd.digest import Digest
 from jupyter_hvd.kernel.cell.figures import CellFigures
+from jupyter_hvd.kernel.launch.pool_file import PoolFile
 from jupyter_hvd.widgets import QuietView
 
 
 class FakePool:
+    """What the figures use of a pool (figures.Pool), remembering the stats they gave it."""
+
     def __init__(self) -> None:
-        self.file = SimpleNamespace(nonfinite=None, straggler=None)
+        self.file = PoolFile("hvd-1-10")  # never written: nothing publishes here
         self.stats: dict[int, dict[str, Any]] = {}
         self.published = 0
 
     def update_rank_stats(self, stats: dict[int, dict[str, Any]], publish: bool = True) -> None:
+        self.file.update_ranks(stats)  # refuses a name the pool file has no field for, as the pool's does
         for rank, values in stats.items():
             self.stats.setdefault(rank, {}).update(values)
 
@@ -42,18 +46,19 @@ def test_the_first_nan_is_said_once_under_the_cell_in_the_view_and_in_the_pool_f
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     pool, view, digest = FakePool(), FakeView(), Digest()
-    figures = CellFigures(pool, view)  # type: ignore[arg-type]
+    figures = CellFigures(pool, view)
     figures.lines(digest.feed(1, "stdout", "step 1 loss=0.5\nstep 2 loss=nan\n"))
     figures.lines(digest.feed(1, "stdout", "step 3 loss=inf\n"))
     figures.records(0, [{"step": 4, "m": {"loss": float("nan")}}])
     assert view.warnings == ["loss became nan at step 2 on rank 1"]
-    assert pool.file.nonfinite.rank == 1 and pool.file.nonfinite.step == 2
+    nonfinite = pool.file.nonfinite
+    assert nonfinite is not None and nonfinite.rank == 1 and nonfinite.step == 2
     assert capsys.readouterr().err.count("became") == 1
 
 
 def test_each_ranks_step_loss_and_last_line_and_reported_steps_beat_the_pace_count() -> None:
     pool, digest = FakePool(), Digest()
-    figures = CellFigures(pool, FakeView())  # type: ignore[arg-type]
+    figures = CellFigures(pool, FakeView())
     figures.lines(digest.feed(0, "stdout", "epoch 1 step 7 loss=0.25\nwriting checkpoint"))
     assert pool.stats[0] == {"last_line": "writing checkpoint", "step": 7, "loss": 0.25}
     figures.records(1, [{"pace": {"compute_ms": 5.0, "wait_ms": 1.0, "cell_steps": 3}}])

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_hvd import state
-from jupyter_hvd.kernel.keep.journal import Keeper
+from jupyter_hvd.kernel.keep.journal import Cell, Keeper
 from jupyter_hvd.kernel.launch.pool_file import PoolFile
 from jupyter_hvd.kernel.ranks import Rank
 from jupyter_hvd.server.registry import describe
@@ -45,7 +45,7 @@ class FakePool:
 
 def test_the_pool_file_says_the_journal_size_and_when_the_running_cell_began(_state_dir: Path) -> None:
     pool = FakePool()
-    pool.keeper.journal.extend(["setup cell 1", "setup cell 2"])  # type: ignore[list-item]  # only counted here
+    pool.keeper.journal.extend([Cell("import torch", 1, "a", setup=True), Cell("x = 1", 2, "b", setup=True)])
     file = PoolFile(pool.id)
 
     def read() -> dict[str, Any]:
