@@ -360,13 +360,15 @@ class Problem:
 
 @dataclass(frozen=True)
 class Joined:
-    """This rank left Horovod's collectives after a failed cell: ok, in_flight (ops left), or error."""
+    """This rank left Horovod's collectives after a failed cell: ok, in_flight (ops left), or error; `entered`: how
+    many torch.distributed collectives it has entered on its default group (-1: it has none)."""
 
     rank: int
     cell: int
     ok: bool
     in_flight: int = 0
     error: ErrorInfo | None = None
+    entered: int = -1
 
 
 @dataclass(frozen=True)

@@ -198,6 +198,23 @@ def test_collectives_of_different_sizes_are_named_and_cost_no_process_and_no_nam
     assert r.status == "ok" and "sum [2.0, 2.0, 2.0, 2.0]" in r.stdout, r.stdout + r.error_text
 
 
+def test_a_collective_left_running_on_one_rank_restarts_the_pool_and_says_why(kernel):
+    # A stop or an error can end a cell while one rank's collective runs on in Gloo's threads, one its peer never
+    # entered: every next collective would pair with the wrong one (a mismatch named wrongly, or a wait with no end).
+    k = kernel
+    assert k.run(START, timeout=120).status == "ok"
+    assert k.run("%%hvd --setup\nmarker = 41").status == "ok"
+    assert k.run("%hvd_keep marker").status == "ok"
+    left = "%%hvd\nif rank == 0:\n    w = dist.all_reduce(torch.ones(2), async_op=True)\nraise ValueError('stop here')"
+    r = k.run(left, timeout=60)
+    said = r.error_text
+    assert r.status == "error" and "ranks 0-1: ValueError: stop here" in said, said
+    assert "out of step: rank 0 entered 1, rank 1 entered 0 collectives" in said, said
+    assert "restarted" in said and "restored marker" in said and "ready for the next" not in said, said
+    r = k.run("%%hvd\nt = torch.ones(4)\ndist.all_reduce(t)\nprint('sum', t.tolist(), marker)", timeout=60)
+    assert r.status == "ok" and "sum [2.0, 2.0, 2.0, 2.0] 41" in r.stdout, r.stdout + r.error_text
+
+
 def test_uneven_ddp_batches_are_named_with_torchs_remedy(kernel):
     k = kernel
     assert k.run(START, timeout=120).status == "ok"

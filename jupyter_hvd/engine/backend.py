@@ -37,7 +37,8 @@ class Backend(Protocol):
 
     def leave_collectives(self) -> dict[str, Any]:
         """After a failed or interrupted cell, on every rank: release peers still waiting in a collective;
-        {"ok": bool, "in_flight": ops still pending, "seconds": float} (or "error")."""
+        {"ok": bool, "in_flight": ops still pending, "seconds": float} (or "error"), and "entered": the collectives
+        entered so far, where the library counts them (the kernel compares the ranks')."""
 
     def average(self, local: Any, name: str) -> Any:
         """`local` (a float64 tensor) averaged over the ranks, as a collective named `name` where names exist."""
@@ -96,13 +97,14 @@ def rest() -> dict[str, Any]:
 
 def leave_collectives() -> dict[str, Any]:
     t0 = time.perf_counter()
-    in_flight = 0
+    in_flight, entered = 0, -1
     for backend in _chosen:
         result = backend.leave_collectives()
         if not result.get("ok"):
             return result
         in_flight += int(result.get("in_flight", 0))
-    return {"ok": True, "in_flight": in_flight, "seconds": time.perf_counter() - t0}
+        entered = max(entered, int(result.get("entered", -1)))
+    return {"ok": True, "in_flight": in_flight, "entered": entered, "seconds": time.perf_counter() - t0}
 
 
 def average(local: Any, name: str) -> Any:

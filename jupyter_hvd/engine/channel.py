@@ -259,7 +259,8 @@ class Channel:
 
     def _join(self, cell: int) -> None:
         result = self._interruptible_run(None, backend.leave_collectives)
-        self.send(Joined(self.rank, cell, bool(result.get("ok")), result.get("in_flight", 0), result.get("error")))
+        ok, in_flight, error = bool(result.get("ok")), result.get("in_flight", 0), result.get("error")
+        self.send(Joined(self.rank, cell, ok, in_flight, error, entered=result.get("entered", -1)))
 
     # ---- events --------------------------------------------------------------------------------------------
 

@@ -177,6 +177,31 @@ class UncleanJoin(Failure):
 
 
 @dataclass(frozen=True)
+class OutOfStep(Failure):
+    """After a failed or stopped cell, ranks that entered different numbers of torch.distributed collectives: one
+    was left running in a rank's library that its peers never entered, so every next collective would pair with the
+    wrong one (garbage, or a wait with no end). torch cannot withdraw an entered collective."""
+
+    restarts: ClassVar[bool] = True
+
+    @classmethod
+    def detect(cls, entered: Mapping[int, int]) -> OutOfStep | None:
+        counts = {rank: n for rank, n in entered.items() if n >= 0}
+        if len(set(counts.values())) <= 1:
+            return None
+        by_count: dict[int, list[int]] = {}
+        for rank, n in sorted(counts.items()):
+            by_count.setdefault(n, []).append(rank)
+        groups = sorted(by_count.items(), key=lambda item: item[1][0])
+        said = ", ".join(f"{format_ranks(rs)} entered {n}" for n, rs in groups)
+        message = (
+            f"The process group of torch.distributed is out of step: {said} collectives. A collective was left "
+            "running when the cell ended that its peers never entered, and every next one would pair with the wrong one"
+        )
+        return cls(tuple(sorted(counts)), message)
+
+
+@dataclass(frozen=True)
 class OverTime(Failure):
     """A cell with a time limit (a replay after a restart) that ran past it: ended as if interrupted."""
 

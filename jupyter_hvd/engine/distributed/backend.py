@@ -36,7 +36,8 @@ class TorchDistributed:
         return {"resting": False, "busy": "", "seconds": 0.0}  # its threads cost nothing while idle
 
     def leave_collectives(self) -> dict[str, Any]:
-        return {"ok": True, "last_joined": -1, "in_flight": 0, "seconds": 0.0}
+        # Nothing to release; how many collectives this rank entered tells the kernel whether one was left behind.
+        return {"ok": True, "last_joined": -1, "in_flight": 0, "entered": hooks.entered(), "seconds": 0.0}
 
     def average(self, local: Any, name: str) -> Any:
         self._dist.all_reduce(local)

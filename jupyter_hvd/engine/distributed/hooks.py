@@ -55,6 +55,22 @@ def backend() -> str:
     return {"gloo": "Gloo", "nccl": "NCCL"}.get(str(dist.get_backend()), str(dist.get_backend()))
 
 
+def entered() -> int:
+    """How many collectives this rank has entered on the default group (-1: no group). torch's own count (its
+    sequence number, a private API: -1 where it is gone) covers what no wrapper here sees: DDP's buckets, ops a stop
+    left running in Gloo's threads. A rank that entered one its peers did not leaves the group out of step: its next
+    collective would pair with the wrong one."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return -1
+    try:
+        group: Any = dist.distributed_c10d._get_default_group()  # the method is missing from torch's type stubs
+        return int(group._get_sequence_number_for_group())
+    except Exception:
+        return -1
+
+
 # ---- watching ---------------------------------------------------------------------------------------------------
 
 _installed = False

@@ -34,6 +34,7 @@ from ..failures import (
     Done,
     Failure,
     Frozen,
+    OutOfStep,
     Overdue,
     OverTime,
     PoolLost,
@@ -90,6 +91,7 @@ class _RankRun:
     signal_sent: bool = False  # it did not: a SIGINT from outside went to it
     join_sent: bool = False
     joined: bool = False
+    entered: int = -1  # torch.distributed collectives it had entered when it joined (-1: none counted)
     ended_after_failure: bool = False  # finished normally, but after another rank had failed
     finished_at: float | None = None
     waiting: Wait | None = None  # the collective this rank has waited in for a while
@@ -371,6 +373,7 @@ class CellRun:
             run.interrupt_taken = True
         elif isinstance(ev, wire.Joined):
             run.joined = True
+            run.entered = ev.entered
             self.unclean_join = self.unclean_join or UncleanJoin.detect(
                 ev.rank, ev.ok, ev.in_flight, (ev.error or {}).get("ename")
             )
@@ -579,6 +582,9 @@ class CellRun:
             done = all(r.joined for r in runs)
             if done and self.unclean_join:
                 raise PoolLost(self.unclean_join)
+            out_of_step = OutOfStep.detect({r.rank: r.entered for r in runs}) if done else None
+            if out_of_step is not None:
+                raise PoolLost(out_of_step)
             return done
         return True  # each rank's output came before its end
 
