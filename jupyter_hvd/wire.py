@@ -409,6 +409,7 @@ class Committed:
     nbytes: int = 0  # bytes this rank wrote for it (data already on disk is linked, not written again)
     seconds: float = 0.0  # to write it, in the background
     copy_seconds: float = 0.0  # what the training thread waited: the copy of what the names hold
+    manifest_bytes: int = 0  # of its manifest: the kept values that are not tensor data
 
 
 @dataclass(frozen=True)

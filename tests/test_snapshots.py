@@ -78,3 +78,20 @@ def test_a_tag_names_its_newest_snapshot_and_digits_name_numbers() -> None:
         assert "there are 1 (best), 2, 3 (best)" in str(exc)
     else:
         raise AssertionError("no snapshot 9")
+
+
+def test_a_snapshot_is_as_big_as_its_parts_where_they_were_written_values_included() -> None:
+    # A snapshot of small values only said "0 bytes"; one whose parts were unchanged said "0 bytes" too.
+    s = book()
+    for rank in (0, 1):
+        kinds = {"w": "state:Linear"}
+        s.note(
+            Committed(rank, (1, 0), True, None, 1, False, "", 1.0, kinds, {}, blobs={"ab": 4000}, manifest_bytes=300)
+        )
+    first = s.target()
+    assert first is not None and s.size(first) == 4000 + 2 * 300  # the data both ranks share counted once
+    s.note(Committed(0, (2, 0), True, None, 2, False, "", 2.0, kinds, {}, blobs={"cd": 8000}, manifest_bytes=300))
+    s.note(same(1, (2, 0), (1, 0)))  # rank 1's part is the one it wrote for the first
+    second = s.target()
+    assert second is not None and second.gen == (2, 0) and s.size(second) == 8000 + 4000 + 2 * 300
+    assert " 12 KB " in s.listing()

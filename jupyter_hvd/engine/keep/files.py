@@ -92,11 +92,11 @@ def write_generation(
     tensors: list[TensorRef],
     previous: GenId | None,
     sharded: dict[str, Encoded],
-) -> int:
+) -> tuple[int, int]:
     """Write rank `rank`'s part of generation `gen`: the data of `tensors` that has no file yet (each tensor's digest
     is filled in; a tensor without data is one of generation `previous`), the shards of the `sharded` names (saved,
     or linked from generation `previous` where their copies were saved already), links to all of it, then the
-    manifest; the bytes written."""
+    manifest; the bytes written, and the manifest's."""
     data_dir = directory / DATA
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     rank_dir(directory, rank).mkdir(mode=0o700, exist_ok=True)
@@ -128,7 +128,7 @@ def write_generation(
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
-    return written
+    return written, len(body)
 
 
 def _link_data(data_dir: Path, link: Path, ref: TensorRef, earlier: Path | None) -> int:

@@ -407,7 +407,9 @@ def _write(job: dict[str, Any]) -> None:
             "random": job["random"],
             "entries": {name: _stored(entry) for name, entry in job["entries"].items()},
         }
-        nbytes = files.write_generation(_directory, outbox.rank(), gen, manifest, tensors, previous, sharded)
+        nbytes, manifest_bytes = files.write_generation(
+            _directory, outbox.rank(), gen, manifest, tensors, previous, sharded
+        )
         _written(gen)
         meta = job["meta"]
         outbox.send(
@@ -428,6 +430,7 @@ def _write(job: dict[str, Any]) -> None:
                 nbytes,
                 time.perf_counter() - t0,
                 job["copy_seconds"],
+                manifest_bytes,
             )
         )
     except Exception as exc:  # a full disk: said, the last snapshot stays the one to restore, the next one writes all

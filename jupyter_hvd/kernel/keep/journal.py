@@ -116,9 +116,10 @@ class Keeper:
             return "\n".join(lines)
         copy = max((r.copy_seconds for r in snap.reports.values()), default=0.0)
         write = max((r.seconds for r in snap.reports.values()), default=0.0)
+        size = size_text(self.snapshots.size(snap))
         lines.append(
             f"Last snapshot (#{snap.number}): {', '.join(snap.names()) or 'nothing'}, {snap.origin()}, "
-            f"{age_text(snap.at)} ago, {size_text(snap.size())} (training waited {copy:.2f} s for the copy; "
+            f"{age_text(snap.at)} ago, {size} (training waited {copy:.2f} s for the copy; "
             f"written in the background in {write:.2f} s). %hvd_snapshots lists them all."
         )
         for name, why in snap.skipped().items():

@@ -48,13 +48,6 @@ class Generation:
                 skipped.setdefault(name, f"{why} (rank {rank})" if len(self.reports) > 1 else why)
         return skipped
 
-    def size(self) -> int:
-        """Bytes of tensor data it holds (data shared by ranks counted once)."""
-        blobs: dict[str, int] = {}
-        for report in self.reports.values():
-            blobs.update(report.blobs)
-        return sum(blobs.values())
-
     def origin(self) -> str:
         return origin(self.count, self.mid_cell)
 
@@ -187,6 +180,19 @@ class Snapshots:
         done = self.complete()
         return done[-1] if done else None
 
+    def size(self, g: Generation) -> int:
+        """Bytes of what `g` holds: each rank's part, where it was written (an unchanged part is an earlier
+        generation's), tensor data shared by ranks counted once."""
+        blobs: dict[str, int] = {}
+        values = 0
+        for rank, part in g.parts.items():
+            report = self.generations[part].reports.get(rank) if part in self.generations else None
+            report = report or g.reports.get(rank)
+            if report is not None:
+                blobs.update(report.blobs)
+                values += report.manifest_bytes
+        return sum(blobs.values()) + values
+
     def target(self) -> Generation | None:
         """What a restore brings back: the pinned generation, else the newest complete one."""
         if self.pinned is not None and self.pinned in self.generations:
@@ -272,7 +278,7 @@ class Snapshots:
             if target is not None and g.gen == target.gen:
                 mark += "  <- a restart restores this one" + (" (last good: pinned)" if self.pinned else "")
             lines.append(
-                f"{g.number:>3}  {g.origin()[5:]:<26} {age_text(g.at):>8}  {size_text(g.size()):>9}  "
+                f"{g.number:>3}  {g.origin()[5:]:<26} {age_text(g.at):>8}  {size_text(self.size(g)):>9}  "
                 f"{', '.join(g.names())}{mark}"
             )
         kept = f"The last {self.kept} are kept, and the last {self.tags_kept} tagged ones (jupyter_hvd.commit(tag=...))"
