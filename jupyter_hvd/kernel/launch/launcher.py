@@ -198,7 +198,7 @@ class Launcher:
             self._check_not_stopped()
             self.recorded()
             if self.client is None:
-                self.client = self.cluster.connect_client_sync()
+                self.client = self._connect_client(t0)
             self.placement.await_launch(self.engine_set())
             try:
                 self._wait_for_engines(t0)
@@ -213,6 +213,19 @@ class Launcher:
                     continue
                 exc.hint += self.placement.start_failed_hint(self.mpiexec_output(200))
                 raise
+
+    def _connect_client(self, t0: float) -> Any:
+        """ipyparallel's client of the controller. A controller slow to answer (a busy machine) gets what is left of
+        --timeout, not ipyparallel's 10 s: that wait ended starts on a loaded 2-core machine."""
+        assert self.cluster is not None
+        left = max(10.0, t0 + self.options.timeout - time.monotonic())
+        try:
+            return self.cluster.connect_client_sync(timeout=left)
+        except TimeoutError:
+            raise PoolError(
+                f"The pool's controller did not answer the kernel within {left:.0f} s.",
+                "The machine may be busy: raise --timeout, then %hvd_start again.",
+            ) from None
 
     def slurm_job(self) -> str:
         """The SLURM job running the engines (--slurm), once submitted; "" otherwise."""
