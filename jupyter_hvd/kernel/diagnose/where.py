@@ -342,13 +342,14 @@ def outside_stacks(pids: dict[int, bool]) -> dict[int, list[wire.Frame]]:
     return stacks
 
 
-# py-spy's native unwinding fails at some instructions (1 dump in 8 of a regex match with torch loaded).
+# py-spy's native unwinding stops at some instructions, at a bare libc address (1 dump in 8 to 15 of a regex match).
 NATIVE_TRIES = 8
 
 
 def _native_inside(frames: list[wire.Frame] | None) -> bool:
-    """Whether py-spy read the innermost frame in native code (or read nothing to try again for)."""
-    return not frames or frames[-1]["line"] == 0
+    """Whether py-spy read the innermost frame in native code by its name (or read nothing to try again for): a bare
+    address (its unwinding stopped in a libc function without symbols) says nothing and is read again."""
+    return not frames or (frames[-1]["line"] == 0 and not frames[-1]["function"].startswith("0x"))
 
 
 def _dump(spy: str, pids: dict[int, bool], deadline: float) -> dict[int, list[wire.Frame]]:
