@@ -45,8 +45,13 @@ def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_repl
         )
         assert k.run(setup).status == "ok"
         pool_id = k.run("from jupyter_hvd.kernel.owner import current\nprint(current().id)").stdout.strip()
-        # Restart from the sidebar: the action file the Jupyter server writes, between cells.
+        # Restart from the sidebar: the action file the Jupyter server writes, between cells. No cell runs until the
+        # kernel took it (one running then would be ended by the restart, which says so in its error instead).
         state.request_action(pool_id, "restart")
+        deadline = time.monotonic() + 10
+        while state.action_file(pool_id).exists():
+            assert time.monotonic() < deadline, "the kernel did not take the sidebar's restart within 10 s"
+            time.sleep(0.1)
         deadline = time.monotonic() + 30
         said = ""
         while time.monotonic() < deadline and "restarted from the sidebar" not in said:

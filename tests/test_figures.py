@@ -66,3 +66,12 @@ def test_each_ranks_step_loss_and_last_line_and_reported_steps_beat_the_pace_cou
     figures.records(1, [{"step": 10, "m": {"loss": 0.125}}])
     figures.records(1, [{"pace": {"compute_ms": 5.0, "wait_ms": 1.0, "cell_steps": 4}}])
     assert pool.stats[1]["step"] == 10 and pool.stats[1]["loss"] == 0.125  # report() says the step from now on
+
+
+def test_a_cells_final_step_count_alone_keeps_the_last_means() -> None:
+    pool = FakePool()
+    figures = CellFigures(pool, FakeView())
+    figures.records(1, [{"pace": {"compute_ms": 31.0, "wait_ms": 0.5, "steps": 12, "cell_steps": 40}}])
+    figures.records(1, [{"pace": {"steps": 2, "cell_steps": 42}}])  # the cell's end: its final count only
+    assert pool.stats[1]["step"] == 42
+    assert (pool.stats[1]["compute_ms"], pool.stats[1]["wait_ms"]) == (31.0, 0.5)

@@ -78,7 +78,8 @@ class CellFigures:
             for name, value in (record.get("m") or {}).items():
                 self._nonfinite(rank, name, value, record.get("step"))
             if isinstance(record.get("pace"), dict):
-                self._pace(rank, record["pace"])
+                if "compute_ms" in record["pace"]:  # a cell's end may send its final step count alone
+                    self._pace(rank, record["pace"])
                 if record["pace"].get("cell_steps") is not None and rank not in self._steps_said:
                     stats["step"] = record["pace"]["cell_steps"]
         if stats:
