@@ -158,7 +158,14 @@ class PoolWatcher(threading.Thread):
             # restart/stop then run after it. An interrupt with no cell running has nothing to stop.
             if ask is not Ask.INTERRUPT or self.pool.busy_cell is not None:
                 self.asks.put(action)
-            return
+            if ask is Ask.INTERRUPT or self.pool.busy_cell is not None:
+                return
+            # The cell ended between the look and the put, maybe past the point where it takes a waiting ask: left
+            # there, the restart or stop would wait for the next cell and end it. Taken back (once: the lock decides).
+            taken = self.asks.take_ending()
+            if taken is None:
+                return
+            action = taken
         if self._main_loop is not None and not self._main_loop.is_closed():
             self._main_loop.call_soon_threadsafe(self._act, action)
         else:
