@@ -60,8 +60,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       restorer.add(sidebar, 'jupyter-hvd-sidebar');
     }
 
-    // Every notebook's kernel messages: the sidebar sees a %%hvd cell begin at once (the pool file says it within
-    // a second or so), so the previous cell's figures are not shown as the new cell's.
+    // Every notebook's kernel messages: the sidebar sees a %%hvd cell begin and end at once (the pool file says it
+    // within a second or so), so the previous cell's figures are not shown as the new cell's, nor a short cell that
+    // ended as running.
     const watched = new WeakSet<ISessionContext>();
     sidebar.beforeRefresh = () => {
       for (const widget of shell.widgets('main')) {
@@ -72,8 +73,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
         watched.add(context);
         context.iopubMessage.connect((_, msg) => {
           const kernelId = context.session?.kernel?.id;
+          const request = String((msg.parent_header as { msg_id?: string })?.msg_id ?? '');
           if (msg.header.msg_type === 'execute_input' && kernelId) {
-            sidebar.noteExecution(kernelId, String((msg.content as { code?: string }).code ?? ''));
+            sidebar.noteExecution(kernelId, String((msg.content as { code?: string }).code ?? ''), Date.now(), request);
+          } else if (
+            msg.header.msg_type === 'status' &&
+            kernelId &&
+            request &&
+            (msg.content as { execution_state?: string }).execution_state === 'idle'
+          ) {
+            sidebar.noteIdle(kernelId, request);
           }
         });
       }

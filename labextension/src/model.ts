@@ -308,6 +308,11 @@ export interface ICellSeen {
   at: number;
   /** Its first line, as the pool file will show it. */
   firstLine: string;
+  /** The request that ran it (the execute_input's parent), to know its end by. */
+  request?: string;
+  /** When the page saw it end (its kernel went idle after it), server clock; a short cell ends before the pool file
+   * said it began. */
+  ended?: number;
 }
 
 /** The first line of a `%%hvd` cell's body as the kernel shows it (its first non-blank line, 120 characters), or
@@ -330,8 +335,8 @@ const CELL_FIGURES = ['step', 'loss', 'compute_ms', 'wait_ms', 'last_line', 'sta
 
 /**
  * Pool `p` as of the `%%hvd` cell this page saw begin (`seen`), where the pool file (answered by the server at
- * `now`, epoch s) was written before that cell began: the new cell runs, and the previous cell's figures, warnings
- * and Where are not shown as its own. Otherwise `p` as the file says.
+ * `now`, epoch s) was written before that cell began: the new cell runs (or, seen ended, the pool is idle), and the
+ * previous cell's figures, warnings and Where are not shown as its own. Otherwise `p` as the file says.
  */
 export function asOfCell(p: IPool, seen: ICellSeen | undefined, now: number): IPool {
   if (!seen || p.stale || (p.state !== 'idle' && p.state !== 'running')) {
@@ -341,14 +346,17 @@ export function asOfCell(p: IPool, seen: ICellSeen | undefined, now: number): IP
   if (written >= seen.at + CELL_FILE_DELAY_S || (p.cell_started ?? 0) >= seen.at) {
     return p; // the file knows this cell (or a later one)
   }
+  const ended = seen.ended !== undefined;
   const ranks = p.ranks.map(r => {
-    const fresh: IRank = { ...r, state: r.state === 'dead' ? r.state : 'busy' };
+    const fresh: IRank = { ...r, state: r.state === 'dead' ? r.state : ended ? 'idle' : 'busy' };
     for (const name of CELL_FIGURES) {
       fresh[name] = null;
     }
     return fresh;
   });
-  const cell = { state: 'running' as const, cell: seen.firstLine, cell_started: seen.at };
+  const cell = ended
+    ? { state: 'idle' as const, cell: null, cell_started: seen.at }
+    : { state: 'running' as const, cell: seen.firstLine, cell_started: seen.at };
   return { ...p, ...cell, ranks, straggler: null, nonfinite: null };
 }
 

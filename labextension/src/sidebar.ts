@@ -109,12 +109,23 @@ export class HvdSidebar extends Widget {
 
   /** A notebook's kernel `kernelId` began running `code` (its execute_input message): where it is a `%%hvd` cell,
    * its pool runs a new cell from now on, whatever the pool file still says. */
-  noteExecution(kernelId: string, code: string, atMs = Date.now()): void {
+  noteExecution(kernelId: string, code: string, atMs = Date.now(), request?: string): void {
     const firstLine = hvdCellFirstLine(code);
     if (firstLine === null) {
       return;
     }
-    this.cellsSeen.set(kernelId, { at: atMs / 1000 + this._clockOffset, firstLine });
+    this.cellsSeen.set(kernelId, { at: atMs / 1000 + this._clockOffset, firstLine, request });
+    this._render();
+  }
+
+  /** A notebook's kernel `kernelId` finished `request` (it went idle after it): where that was the `%%hvd` cell it
+   * began last, its pool no longer runs it, whatever the pool file still says. */
+  noteIdle(kernelId: string, request: string, atMs = Date.now()): void {
+    const seen = this.cellsSeen.get(kernelId);
+    if (!seen || seen.request !== request || seen.ended !== undefined) {
+      return;
+    }
+    this.cellsSeen.set(kernelId, { ...seen, ended: atMs / 1000 + this._clockOffset });
     this._render();
   }
 

@@ -292,6 +292,22 @@ describe('what belongs to the running cell', () => {
     expect(previous.ranks[0].step).toBe(192); // the file's pool is left as it was
   });
 
+  it('shows a cell this page saw end as ended, before the pool file says it ran', () => {
+    const previous: IPool = pool({
+      state: 'idle',
+      updated_age: 0.4,
+      cell_started: 990,
+      ranks: [rank({ step: 192, last_line: 'epoch 8' }), rank({ rank: 1, pid: 4243, state: 'dead' })]
+    });
+    const shown = asOfCell(previous, { at: 999.8, firstLine: 'f(6)', request: 'r1', ended: 999.9 }, 1000);
+    expect(shown.state).toBe('idle');
+    expect(shown.cell).toBeNull();
+    expect(shown.ranks.map(r => [r.state, r.step, r.last_line])).toEqual([
+      ['idle', null, null],
+      ['dead', null, null]
+    ]);
+  });
+
   it('shows the pool file as it is once it was written by the new cell (or no cell was seen)', () => {
     const file = pool({ state: 'idle', updated_age: 0, ranks: [rank({ step: 3 })] });
     expect(asOfCell(file, undefined, 1000)).toBe(file);
