@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 from .. import wire
@@ -35,6 +36,7 @@ def start(
     `torch_store` (jupyter_hvd/prelude.py).
     Returns this rank's row of the pool table.
     """
+    began = time.time()
     os.environ.update(env)
     from ..prelude import prelude
     from . import backend
@@ -96,6 +98,14 @@ def start(
         **backend.row(),
     }
     backend.ready(cuda)
+    # Where a start's seconds go on this rank (bench/start_phases.py): from the process's launch to this call, and
+    # this call itself (MPI, Horovod, torch.distributed, the namespace, the channel).
+    import psutil
+
+    row["timings"] = {
+        "launch_to_bootstrap_s": began - psutil.Process().create_time(),
+        "bootstrap_s": time.time() - began,
+    }
     return row
 
 

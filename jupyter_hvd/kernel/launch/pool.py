@@ -94,6 +94,8 @@ class Pool:
         self.bringing_back = False
         self.last_failed: list[int] = []  # the ranks that raised in the last failed cell (%hvd_debug's default)
         self.newest_problem_shown: Any = None  # problems from the ranks newer than this are shown under the next cell
+        # Seconds from the start's beginning to each of its phases, and each rank's own (bench/start_phases.py).
+        self.timings: dict[str, Any] = {}
 
     # ---- what the pool file shows (kernel/launch/pool_file.py reads these) ----------------------------------------
 
@@ -176,12 +178,15 @@ class Pool:
             raise PoolError(str(exc)) from None
         pool.bringing_back = bringing_back
         pool.file.write(pool)
+        t0 = time.monotonic()
+        pool.timings = {}
         pool.launcher.spawn_reaper()
         try:
             ip = pool.launcher.start_controller()
+            pool.timings["controller_s"] = time.monotonic() - t0
             pool.channel = CellChannel(pool.directory, ip, curve=pool.launcher.encrypted())
             pool.channel.on_committed = lambda report: pool.keeper.snapshots.note(report)
-            pool._start_engines()
+            pool._start_engines(t0)
         except BaseException:
             with deferred_interrupts():  # a second Ctrl-C must not leave half of the processes behind
                 pool.end()
@@ -194,11 +199,13 @@ class Pool:
         self.file.slurm_job = self.launcher.slurm_job()
         self.file.write(self)
 
-    def _start_engines(self) -> None:
+    def _start_engines(self, t0: float) -> None:
         env = {**self.launcher.launch_env(), **self.options.horovod_env()}
         ids = self.launcher.start_engines(env)
+        self.timings["registered_s"] = time.monotonic() - t0
         self.engines_started += 1
         self._bootstrap(ids, env, "cpu" if self.options.cpu else "auto")
+        self.timings["ready_s"] = time.monotonic() - t0
         self.set_state("idle", publish=False)
         self._record_processes()
 
@@ -229,6 +236,7 @@ class Pool:
                 f"hvd.init() did not finish within {self.options.timeout:g} s on every engine.",
                 "Raise --timeout; on several hosts, check that they can reach each other.",
             ) from None
+        self.timings["ranks"] = {r["rank"]: r.get("timings", {}) for r in rows}
         self.backends = Backends.of(rows, self.options.torch_distributed)
         if self.backends.torch_distributed and self.engines_started == 1:
             self._say_loopback(env)
@@ -322,7 +330,8 @@ class Pool:
             self.file.rank_stats = {}
             self.view = None
             try:
-                self._start_engines()
+                self.timings = {}
+                self._start_engines(time.monotonic())
             except BaseException as exc:
                 with deferred_interrupts():
                     self.end(keep_directory=True)  # stays the kernel's pool, stopped: %hvd_restart starts it again
