@@ -329,3 +329,21 @@ def test_q_or_the_stop_button_at_a_breakpoints_prompt_ends_the_cell_on_every_ran
     assert f"rank 1: in the debugger (pdb) at Cell In[{n}], line 4" in r.stdout, r.stdout
     assert f"rank 0: waiting in allreduce 'after_bp' (Cell In[{n}], line 4)" in r.stdout, r.stdout
     healthy(k)
+
+
+def test_q_at_a_breakpoints_prompt_stops_every_rank_every_time(kernel):
+    """The race once seen in a full run ('went on' printed by a rank after q): q at the prompt, many times over, while
+    the other rank waits in a collective; never a rank that goes on, and the pool healthy after each."""
+    k = kernel
+    cycles = int(os.environ.get("HVD_PDB_CYCLES", "50"))
+    cell = (
+        "%%hvd\nhvd.allreduce(torch.ones(1), name='before_bp')\nif rank == 1:\n    breakpoint()\n"
+        "hvd.allreduce(torch.ones(1), name='after_bp')\nprint('went on', rank)"
+    )
+    wrong = []  # (cycle, what the cell said) where a rank went on, or the cell did not end as pdb's quit
+    for i in range(cycles):
+        r = k.run(cell, inputs=["q"], timeout=60)
+        if "went on" in r.stdout or "Interrupted: ranks 0-1 stopped." not in r.error_text:
+            wrong.append((i, r.status, r.stdout[-300:], r.error_text[-300:]))
+    assert not wrong, f"{len(wrong)} of {cycles}: {wrong[:3]}"
+    healthy(k)
