@@ -93,6 +93,10 @@ def test_the_sidebars_restart_replays_it_too(kernel):
     before = weights(k)
     pool = next(p for p in state.list_pools() if p["kernel_pid"] == k.pid)
     state.request_action(pool["id"], "restart")
+    deadline = time.monotonic() + 10
+    while state.action_file(pool["id"]).exists():  # taken between cells (a cell running then would be ended by it)
+        assert time.monotonic() < deadline, "the kernel did not take the sidebar's restart within 10 s"
+        time.sleep(0.1)
     said = ""
     deadline = time.monotonic() + 120
     while "restarted from the sidebar" not in said and time.monotonic() < deadline:
