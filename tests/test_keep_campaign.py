@@ -1,7 +1,7 @@
 """The restart campaign (jupyter_hvd/testing/keep_campaign.py): at least 30 random cycles of kept objects times failure
 points; every rank's state after each equals the state at a commit, or what did not come back is named.
 
-`HVD_KEEP_CYCLES=100 bash scripts/test.sh -k keep_campaign` for more; its figures are in bench/RESULTS.md (Restart campaign).
+`HVD_KEEP_CYCLES=100 bash scripts/test.sh -k keep_campaign` for more; the figures: bench/RESULTS.md, Restart campaign.
 """
 
 from __future__ import annotations
