@@ -3,6 +3,7 @@ and the browser scripts of ui-tests/ run against it (run_browser)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -80,6 +81,8 @@ def jupyterlab(
     """
     if app not in ("lab", "notebook"):
         raise ValueError(f"app must be 'lab' or 'notebook', not {app!r}")
+    if app == "notebook" and importlib.util.find_spec("notebook") is None:
+        pytest.fail("needs Notebook 7: pip install 'notebook>=7.2,<8' (scripts/setup.sh installs it)", pytrace=False)
     require_browser_tools()
     root = tmp_path / "root"
     root.mkdir()

@@ -10,7 +10,6 @@ The browser part is ui-tests/journey.mjs. Screenshots: artifacts/journey/noteboo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from collections.abc import Iterator
@@ -55,8 +54,6 @@ KNOWN_ERRORS = (
 @pytest.fixture(params=["notebook", "lab"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, object]]:
     """Notebook 7 or JupyterLab serving the journey's notebook, with this checkout's sidebar."""
-    if request.param == "notebook" and importlib.util.find_spec("notebook") is None:
-        pytest.fail("needs Notebook 7: pip install 'notebook>=7.2,<8' (scripts/setup.sh installs it)", pytrace=False)
     sidebar = this_checkouts_sidebar(tmp_path)
     with jupyterlab(tmp_path, "journey.ipynb", CELLS, env=sidebar, app=request.param) as info:
         yield {**info, "app": request.param}

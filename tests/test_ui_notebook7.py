@@ -10,7 +10,6 @@ Screenshots: artifacts/live_view_notebook7/.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,8 +42,6 @@ KNOWN_ERRORS = (
 @pytest.fixture
 def notebook7(tmp_path: Path) -> Iterator[dict[str, object]]:
     """Notebook 7 serving the demo notebook (see tests/lab.py)."""
-    if importlib.util.find_spec("notebook") is None:
-        pytest.fail("needs Notebook 7: pip install 'notebook>=7.2,<8' (scripts/setup.sh installs it)", pytrace=False)
     with jupyterlab(
         tmp_path,
         "live_view_demo.ipynb",

@@ -10,7 +10,6 @@ The browser part is ui-tests/run_view.mjs. Screenshots: artifacts/run_view/ (lab
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from collections.abc import Iterator
@@ -78,8 +77,6 @@ def this_checkouts_labextension(tmp_path: Path) -> dict[str, str]:
 @pytest.fixture(params=["lab", "notebook"])
 def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, object]]:
     """JupyterLab or Notebook 7 serving the notebook of CELLS (tests/lab.py), and its name."""
-    if request.param == "notebook" and importlib.util.find_spec("notebook") is None:
-        pytest.fail("needs Notebook 7: pip install 'notebook>=7.2,<8' (scripts/setup.sh installs it)", pytrace=False)
     env = this_checkouts_labextension(tmp_path)
     with jupyterlab(tmp_path, "run.ipynb", CELLS, env=env, app=request.param) as info:
         yield {**info, "app": request.param}

@@ -7,7 +7,6 @@ The browser part is ui-tests/training_view.mjs. Screenshots: artifacts/training_
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -61,8 +60,6 @@ CELLS = ["%load_ext jupyter_hvd\n%hvd_start -np 2", SHORT, LONG, TQDM, NEXT]
 @pytest.fixture(params=["lab", "notebook"])
 def app(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, object]:
     """JupyterLab or Notebook 7 serving the notebook of CELLS (tests/lab.py), and its name."""
-    if request.param == "notebook" and importlib.util.find_spec("notebook") is None:
-        pytest.fail("needs Notebook 7: pip install 'notebook>=7.2,<8' (scripts/setup.sh installs it)", pytrace=False)
     with jupyterlab(tmp_path, "training.ipynb", CELLS, app=request.param) as info:
         yield {**info, "app": request.param}
 
