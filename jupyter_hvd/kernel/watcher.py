@@ -153,12 +153,15 @@ class PoolWatcher(threading.Thread):
             self.asks.put(action)
             self.answer_where()
             return
-        if ask is Ask.INTERRUPT or self.pool.busy_cell is not None:
-            # A running cell takes it on the main thread within a tick, and ends through its own wind-down;
-            # restart/stop then run after it. An interrupt with no cell running has nothing to stop.
-            if ask is not Ask.INTERRUPT or self.pool.busy_cell is not None:
+        if ask is Ask.INTERRUPT:
+            if self.pool.busy_cell is not None:  # with no cell running, an interrupt has nothing to stop
                 self.asks.put(action)
-            if ask is Ask.INTERRUPT or self.pool.busy_cell is not None:
+            return
+        if self.pool.busy_cell is not None:
+            # The running cell takes it on the main thread within a tick and ends through its own wind-down; the
+            # restart or stop then runs after it.
+            self.asks.put(action)
+            if self.pool.busy_cell is not None:
                 return
             # The cell ended between the look and the put, maybe past the point where it takes a waiting ask: left
             # there, the restart or stop would wait for the next cell and end it. Taken back (once: the lock decides).
