@@ -224,8 +224,50 @@ class Launcher:
         except TimeoutError:
             raise PoolError(
                 f"The pool's controller did not answer the kernel within {left:.0f} s.",
-                "The machine may be busy: raise --timeout, then %hvd_start again.",
+                "The machine may be busy: raise --timeout, then %hvd_start again.\n" + self._why_no_answer(),
             ) from None
+
+    def _why_no_answer(self) -> str:
+        """What the kernel can see of a controller that did not answer its client: running or not, its
+        registration socket, whether a client on a zmq context of its own gets an answer, and its last words."""
+        import zmq
+        from jupyter_client.session import Session
+
+        assert self.cluster is not None and self.cluster.controller is not None
+        controller = self.cluster.controller
+        lines = [f"controller running: {controller.running}"]
+        try:
+            import json
+
+            client = json.loads(Path(controller.connection_files["client"]).read_text())
+            url = f"{client['interface']}:{client['registration']}"
+        except Exception as exc:  # what is missing is itself the answer
+            return "\n".join([*lines, f"no client connection file: {exc!r}"])
+        path = url.removeprefix("ipc://")
+        lines.append(
+            f"registration socket {url}" + ("" if not url.startswith("ipc://") else f" exists: {os.path.exists(path)}")
+        )
+        ctx = zmq.Context()
+        try:
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(url)
+            session = Session(
+                key=client["key"].encode(),
+                signature_scheme=client["signature_scheme"],
+                packer=client["pack"],
+                unpacker=client["unpack"],
+            )
+            session.send(sock, "connection_request")
+            lines.append(f"a client on a context of its own got an answer within 5 s: {bool(sock.poll(5000))}")
+        finally:
+            ctx.destroy(linger=0)
+        try:
+            said = controller.get_output(remove=False) or ""
+        except Exception:
+            said = ""
+        lines.append("controller said:\n" + "\n".join(said.splitlines()[-15:]))
+        return "\n".join(lines)
 
     def slurm_job(self) -> str:
         """The SLURM job running the engines (--slurm), once submitted; "" otherwise."""
