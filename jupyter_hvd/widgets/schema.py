@@ -2,7 +2,7 @@
 message, with each curve's x and y as float64 buffers beside it) and the saved view (the data of a cell's output of
 MIME type `application/vnd.jupyter-hvd.view+json`, drawn without a kernel). The producers (live_view.py,
 static_plot.py) are typed by these and checked by mypy; the front end's reading of them is typed by
-widgets-js/src/messages.d.ts, held to these names by tests/test_view_schema.py.
+widgets-js/src/messages.d.ts, written from these by jupyter_hvd/widgets/schema_ts.py.
 """
 
 from __future__ import annotations

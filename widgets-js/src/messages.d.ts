@@ -1,15 +1,17 @@
-// What the live view receives and what a saved view holds, as jupyter_hvd/widgets/schema.py defines them (held to
-// the same names by tests/test_view_schema.py). One `name: type;` per line.
+// Written by `python -m jupyter_hvd.widgets.schema_ts` from jupyter_hvd/widgets/schema.py, where these
+// records are defined: change them there and write this file again (tests/test_view_schema.py fails until then).
 
 /** A log line: text, stream ("stdout" | "stderr"), rank (-1: jupyter-hvd's own). */
 export type LogLine = [string, string, number];
 
+/** New log lines (the whole log in a saved view), the unfinished last lines, and how many there were in all. */
 export interface LogMessage {
   append: LogLine[];
   partials: LogLine[];
   total: number;
 }
 
+/** What the status line shows, as numbers: the front end formats them. */
 export interface Status {
   state: string;
   ranks: number;
@@ -32,7 +34,7 @@ export interface SavedStatus extends Status {
   text: string;
 }
 
-/** One curve's new points; its x and y come as two float64 buffers beside the message, in the curves' order. */
+/** One curve's new points in a live update; its x and y follow as two float64 buffers, in the curves' order. */
 export interface CurveUpdate {
   key: string;
   name: string;
