@@ -1,8 +1,8 @@
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
-import type { SavedView as SavedViewData } from '../../widgets-js/src/messages';
-import { MIME, OutputView } from '../../widgets-js/src/saved.js';
+import type { SavedView as SavedViewData } from 'jupyter-hvd-live-view/messages';
+import { MIME, OutputView } from 'jupyter-hvd-live-view/saved';
 
 /**
  * A %%hvd cell's view, drawn from the data in its output: the same view as the live widget's
