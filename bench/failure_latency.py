@@ -11,7 +11,6 @@ within 1 s; during a dist.all_reduce within 10 s (a restart); uneven DDP batches
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -22,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import report, setup_env, summary
 
-from jupyter_hvd import state
 from jupyter_hvd.testing import Kernel
+from jupyter_hvd.testing.faults import rank_pid
 
 # rank 1 raises at once; rank 0 is already waiting in an allreduce that rank 1 will never join
 RAISE = "%%hvd --no-plot\nif rank == 1:\n    raise ValueError('injected')\nhvd.allreduce(torch.ones(1), name='never')\n"
@@ -73,14 +72,6 @@ def torch_cases(repeats: int) -> None:
     report("failure_latency_torch", rows, ["what", "median_s", "max_s", "n"])
 
 
-def rank_pid(kernel_pid: int, rank: int) -> int:
-    state_dir = state.state_dir()
-    for f in state_dir.glob(f"pool-hvd-{kernel_pid}-*.json"):
-        if not f.name.endswith(".action.json"):
-            return next(int(r["pid"]) for r in json.loads(f.read_text())["ranks"] if r["rank"] == rank)
-    raise RuntimeError("no pool state file")
-
-
 def after(seconds: float, action) -> dict:
     mark = {}
 
@@ -118,7 +109,7 @@ def main() -> None:
             found["interrupt"].append(r.finished - mark["t"])
             assert k.run(HEALTHY).status == "ok"
         for _ in range(max(2, args.repeats // 3)):
-            mark = after(1.0, lambda: os.kill(rank_pid(k.pid, 1), signal.SIGKILL))
+            mark = after(1.0, lambda: os.kill(rank_pid(k, 1), signal.SIGKILL))
             r = k.run(LOOP, timeout=300)
             assert r.status == "error" and "signal 9" in r.error_text, r.error_text
             found["kill -9"].append(r.finished - mark["t"])

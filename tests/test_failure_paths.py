@@ -4,14 +4,15 @@ whether Horovod may rest never block each other.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 import time
 from pathlib import Path
 
+import pytest
 from conftest import Kernel, wait_until_gone
-
-from jupyter_hvd import state
 
 
 def test_ranks_that_disagree_about_resting_never_block_each_other():
@@ -47,9 +48,9 @@ def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_repl
         pool_id = k.run("from jupyter_hvd.kernel.owner import current\nprint(current().id)").stdout.strip()
         # Restart from the sidebar: the action file the Jupyter server writes, between cells. No cell runs until the
         # kernel took it (one running then would be ended by the restart, which says so in its error instead).
-        state.request_action(pool_id, "restart")
+        k.request_action("restart", pool_id)
         deadline = time.monotonic() + 10
-        while state.action_file(pool_id).exists():
+        while k.action_pending(pool_id):
             assert time.monotonic() < deadline, "the kernel did not take the sidebar's restart within 10 s"
             time.sleep(0.1)
         deadline = time.monotonic() + 30
@@ -61,12 +62,12 @@ def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_repl
         # Stop from the sidebar while the replay of a restart runs: said, no AssertionError.
         slow.touch()
         mark.unlink()
-        state.request_action(pool_id, "restart")
+        k.request_action("restart", pool_id)
         deadline = time.monotonic() + 120
         while not mark.exists():  # the restart's replay of the setup cell began, and now waits on `slow`
             assert time.monotonic() < deadline, "the restart's replay did not begin within 120 s"
             time.sleep(0.1)
-        state.request_action(pool_id, "stop")
+        k.request_action("stop", pool_id)
         time.sleep(3)
         slow.unlink()
         deadline = time.monotonic() + 30
@@ -92,7 +93,7 @@ def test_the_sidebars_restart_during_a_cell_ends_it_as_a_restart_not_an_interrup
         pool_id = k.run("from jupyter_hvd.kernel.owner import current\nprint(current().id)").stdout.strip()
 
         def restart_soon(_result) -> None:
-            threading.Timer(3.0, state.request_action, (pool_id, "restart")).start()
+            threading.Timer(3.0, k.request_action, ("restart", pool_id)).start()
 
         r = k.run("%%hvd\nimport time\ntime.sleep(60)", on_start=restart_soon, timeout=120)
         assert r.status == "error"  # the cell did not run to its end: a Run All stops here
@@ -166,3 +167,31 @@ def test_a_stop_while_a_restart_launches_engines_leaves_no_process():
     finally:
         k.shutdown()
     assert wait_until_gone(f"hvd-{k.pid}-") == []
+
+
+def test_a_controller_that_does_not_answer_is_described_and_nothing_is_left(ip, monkeypatch):
+    """The controller hangs (SIGSTOP) once it has started: %hvd_start ends within its --timeout, and its error says
+    what the kernel saw (the controller running, its socket there, no answer to a client of its own), not a bare
+    timeout; no process of the pool is left."""
+    from jupyter_hvd.kernel import owner as pools
+    from jupyter_hvd.kernel.errors import PoolError
+    from jupyter_hvd.kernel.launch.launcher import Launcher
+
+    start_controller = Launcher.start_controller
+
+    def hanging(self: Launcher) -> str:
+        address = start_controller(self)
+        os.kill(self.cluster.controller.pid, signal.SIGSTOP)
+        return address
+
+    monkeypatch.setattr(Launcher, "start_controller", hanging)
+    t0 = time.monotonic()
+    with pytest.raises(PoolError) as info:
+        ip.run_line_magic("hvd_start", "-np 2 --timeout 10")
+    assert time.monotonic() - t0 < 60
+    said = f"{info.value}\n{info.value.hint}"
+    assert "did not answer the kernel within 10 s" in said, said
+    assert "controller running: True" in said and "exists: True" in said, said
+    assert "a client on a context of its own got an answer within 5 s: False" in said, said
+    assert pools.current() is None
+    assert wait_until_gone(f"hvd-{os.getpid()}-", timeout=15) == []

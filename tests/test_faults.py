@@ -18,10 +18,10 @@ from jupyter_hvd.testing.faults import campaign
 # 50 cycles, a third of them ending in a restart of the pool: about 4 minutes on 2 quiet cores, more beside other work.
 # Each cycle has its own bound in the campaign; this only ends a campaign that went wrong as a whole.
 @pytest.mark.timeout(900)
-def test_faults_never_hang_the_notebook(_state_dir):
+def test_faults_never_hang_the_notebook():
     cycles = int(os.environ.get("HVD_FAULT_CYCLES", "50"))
     seed = int(os.environ.get("HVD_FAULT_SEED", "20261124"))
-    result = campaign(cycles, seed, _state_dir)
+    result = campaign(cycles, seed)
     for name, t in sorted(result["by_fault"].items()):
         print(f"  {name:<20} n={t['n']:<3} median {t['median_s']:.2f} s  max {t['max_s']:.2f} s")
     print(
@@ -40,10 +40,10 @@ def test_faults_never_hang_the_notebook(_state_dir):
     assert result["kernel_rss_growth_mb"] < 64
 
 
-def test_faults_in_torch_distributed_collectives_never_hang_the_notebook(_state_dir):
+def test_faults_in_torch_distributed_collectives_never_hang_the_notebook():
     """The same campaign on a --torch-distributed pool, in dist.all_reduce: every kind once, then at random."""
     cycles = int(os.environ.get("HVD_TORCH_FAULT_CYCLES", "12"))
-    result = campaign(cycles, 20261127, _state_dir, torch_distributed=True)
+    result = campaign(cycles, 20261127, torch_distributed=True)
     for o in result["outcomes"]:
         late = "" if o["ended"] else "HUNG" if not o["within_bound"] else ""
         late = late or ("" if o["within_bound"] else "(over its bound)")

@@ -14,8 +14,6 @@ import time
 import pytest
 from conftest import Kernel, wait_until_gone
 
-from jupyter_hvd import state
-
 START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2"
 
 
@@ -43,8 +41,8 @@ def interrupt_while(k: Kernel, doing: str, after: float = 1.0):
     def watch() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            for pool in state.list_pools():
-                if pool.get("kernel_pid") == k.pid and doing in str(pool.get("cell") or ""):
+            for pool in k.pools():
+                if doing in str(pool.get("cell") or ""):
                     time.sleep(after)
                     k.km.interrupt_kernel()
                     return

@@ -20,8 +20,6 @@ import time
 import pytest
 from conftest import Kernel, needs, wait_until_gone
 
-from jupyter_hvd import state
-
 START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2"
 
 SETUP = """%%hvd --setup
@@ -177,8 +175,7 @@ def test_a_snapshot_that_could_not_be_written_is_written_again_once_there_is_roo
     kept = None
     try:
         k.run(START, timeout=120).check()
-        pools = [p for p in state.list_pools() if p["kernel_pid"] == k.pid]
-        kept = state.state_dir() / pools[0]["id"] / "kept"
+        kept = k.state_dir / k.pool()["id"] / "kept"
         kept.mkdir(mode=0o700)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(kept)], check=True)
         assert k.run(SETUP).status == "ok"

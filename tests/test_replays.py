@@ -14,8 +14,6 @@ import time
 import pytest
 from conftest import Kernel, wait_until_gone
 
-from jupyter_hvd import state
-
 START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2"
 
 # Everything a real setup cell does with its output.
@@ -91,10 +89,9 @@ def test_a_crash_replays_it_too_and_the_cell_says_what_came_back(kernel):
 def test_the_sidebars_restart_replays_it_too(kernel):
     k = kernel
     before = weights(k)
-    pool = next(p for p in state.list_pools() if p["kernel_pid"] == k.pid)
-    state.request_action(pool["id"], "restart")
+    k.request_action("restart")
     deadline = time.monotonic() + 10
-    while state.action_file(pool["id"]).exists():  # taken between cells (a cell running then would be ended by it)
+    while k.action_pending():  # taken between cells (a cell running then would be ended by it)
         assert time.monotonic() < deadline, "the kernel did not take the sidebar's restart within 10 s"
         time.sleep(0.1)
     said = ""
@@ -138,13 +135,12 @@ def test_a_restart_shows_the_pool_restarting_until_what_was_kept_is_back(kernel)
 
     def sample() -> None:
         while sampling.is_set():
-            for p in state.list_pools():
-                if p.get("kernel_pid") == k.pid:
-                    seen.append((p["id"], p["state"], tuple(r["pid"] for r in p.get("ranks", []))))
+            for p in k.pools():
+                seen.append((p["id"], p["state"], tuple(r["pid"] for r in p.get("ranks", []))))
             time.sleep(0.005)
 
     for restart in ("%hvd_restart", "%hvd_restart -np 3"):
-        before = next(p for p in state.list_pools() if p["kernel_pid"] == k.pid)
+        before = k.pool()
         old = {r["pid"] for r in before["ranks"]}
         seen.clear()
         sampling.set()

@@ -18,8 +18,6 @@ import time
 import pytest
 from conftest import Kernel, wait_until_gone
 
-from jupyter_hvd import state
-
 HEALTHY = "%%hvd\nprint('healthy', hvd.allreduce(torch.ones(1), op=hvd.Sum, name='healthy').item())"
 STUCK = """%%hvd
 import time
@@ -61,9 +59,7 @@ def press_stop(k: Kernel, after: float):
 
 def pool_file(k: Kernel) -> dict:
     """This kernel's pool file, as the sidebar's server reads it."""
-    pools = [p for p in state.list_pools() if p["kernel_pid"] == k.pid]
-    assert len(pools) == 1, pools
-    return pools[0]
+    return k.pool()
 
 
 def where_in_pool_file(k: Kernel, newer_than: float = 0.0) -> dict:
@@ -197,7 +193,7 @@ def test_hvd_where_and_the_sidebars_where_between_cells(kernel):
     assert "ranks 0-1: idle (no cell running)" in r.stdout, r.stdout
     before = where_in_pool_file(k)
     assert before["why"] == "%hvd_where asked"
-    state.request_action(pool_file(k)["id"], "where-full")  # what the sidebar's server does
+    k.request_action("where-full")  # what the sidebar's server does
     where = where_in_pool_file(k, newer_than=before["asked"])
     assert where["why"] == "the sidebar asked" and where["full"], where
     assert where["places"] == ["idle (no cell running)"] * 2, where
@@ -210,7 +206,7 @@ def test_the_sidebars_where_during_a_cell_is_said_under_it(kernel):
     def ask_where(_result) -> None:
         def later() -> None:
             time.sleep(2.0)
-            state.request_action(pool_file(k)["id"], "where")
+            k.request_action("where")
 
         threading.Thread(target=later, daemon=True).start()
 

@@ -10,7 +10,6 @@ up in the figures (and the test fails on them).
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -18,7 +17,6 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -124,15 +122,13 @@ class Outcome:
     within_bound: bool = True  # it returned within the fault's bound (a figure for bench/fault_campaign.py)
 
 
-def rank_pid(state_dir: Path, kernel_pid: int, rank: int) -> int:
-    """A rank's engine pid, from its pool file."""
-    for f in state_dir.glob(f"pool-hvd-{kernel_pid}-*.json"):
-        if f.name.endswith(".action.json"):
-            continue
-        for r in json.loads(f.read_text()).get("ranks", []):
+def rank_pid(k: Kernel, rank: int) -> int:
+    """A rank's engine pid, from its kernel's pool file."""
+    for pool in k.pools():
+        for r in pool.get("ranks", []):
             if r["rank"] == rank:
                 return int(r["pid"])
-    raise LookupError("no pool file names rank 1")
+    raise LookupError(f"no pool file names rank {rank}")
 
 
 def engines_of(prefix: str) -> list[psutil.Process]:
@@ -150,7 +146,7 @@ def engines_of(prefix: str) -> list[psutil.Process]:
     return found
 
 
-def campaign(cycles: int, seed: int, state_dir: Path, torch_distributed: bool = False) -> dict[str, Any]:
+def campaign(cycles: int, seed: int, torch_distributed: bool = False) -> dict[str, Any]:
     """Run `cycles` random faults on one pool (in torch.distributed's collectives with `torch_distributed`); returns
     every outcome and the totals (hung, leaked, memory)."""
     rng = random.Random(seed)
@@ -171,7 +167,7 @@ def campaign(cycles: int, seed: int, state_dir: Path, torch_distributed: bool = 
             drawn = torch_faults(rng) if torch_distributed else faults(rng)
             kinds = sorted(drawn)
             name = kinds[cycle] if cycle < len(kinds) else rng.choice(kinds)  # every kind once, then at random
-            outcomes.append(_cycle(k, cycle, name, drawn[name], state_dir, prefix, healthy))
+            outcomes.append(_cycle(k, cycle, name, drawn[name], prefix, healthy))
         rss_end = kernel.memory_info().rss
         k.run("%hvd_stop", timeout=60)
     finally:
@@ -201,7 +197,7 @@ def campaign(cycles: int, seed: int, state_dir: Path, torch_distributed: bool = 
     }
 
 
-def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, state_dir: Path, prefix: str, healthy: str) -> Outcome:
+def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, prefix: str, healthy: str) -> Outcome:
     missed: list[str] = []  # why a signal of the fault never reached rank 1: the cycle tested nothing
 
     def inject(_res: Any) -> None:
@@ -213,7 +209,7 @@ def _cycle(k: Kernel, cycle: int, name: str, fault: Fault, state_dir: Path, pref
             if not fault.signal_rank1:
                 return
             try:
-                pid = rank_pid(state_dir, k.pid, 1)
+                pid = rank_pid(k, 1)
             except LookupError as exc:
                 missed.append(str(exc))
                 return

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 import queue
+import tempfile
+import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 Message = tuple[float, dict[str, Any]]  # (arrival, a Jupyter message)
@@ -104,13 +108,26 @@ class CellResult:
         return sorted(out, key=lambda item: item[0])
 
 
+_runtime_swap = threading.RLock()  # pool() inside runtime() takes it again
+
+
 class Kernel:
-    """A real IPython kernel (jupyter_client) with helpers to run a cell and collect what it sends."""
+    """A real IPython kernel (jupyter_client) with helpers to run a cell and collect what it sends.
+
+    Each kernel has a Jupyter runtime directory of its own (under this process's, unless `extra_env` names one), so
+    its pool files are the only ones its helpers see: pools(), request_action(), action_pending()."""
 
     def __init__(self, extra_env: dict[str, str] | None = None) -> None:
         from jupyter_client.manager import KernelManager
 
         env = {**os.environ, **(extra_env or {})}
+        if "JUPYTER_RUNTIME_DIR" not in (extra_env or {}):
+            parent = os.environ.get("JUPYTER_RUNTIME_DIR")
+            if parent:
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+            env["JUPYTER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="hvd-kernel-", dir=parent)
+        self.runtime_dir = Path(env["JUPYTER_RUNTIME_DIR"])
+        self.state_dir = self.runtime_dir / "jupyter-hvd"  # where its pools' files are (jupyter_hvd.state)
         self.km = KernelManager(kernel_name="python3")
         self.km.start_kernel(env=env)
         self.kc = self.km.client()
@@ -184,3 +201,47 @@ class Kernel:
     def shutdown(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=False)
+
+    # ---- its pools, as its Jupyter server sees them --------------------------------------------------------------
+
+    @contextmanager
+    def runtime(self) -> Iterator[None]:
+        """jupyter_hvd.state in this process reads and writes this kernel's runtime directory inside the block."""
+        with _runtime_swap:
+            old = os.environ.get("JUPYTER_RUNTIME_DIR")
+            os.environ["JUPYTER_RUNTIME_DIR"] = str(self.runtime_dir)
+            try:
+                yield
+            finally:
+                if old is None:
+                    os.environ.pop("JUPYTER_RUNTIME_DIR", None)
+                else:
+                    os.environ["JUPYTER_RUNTIME_DIR"] = old
+
+    def pools(self) -> list[dict[str, Any]]:
+        """This kernel's pool files, as the sidebar's server lists them."""
+        from jupyter_hvd import state
+
+        with self.runtime():
+            return state.list_pools() if self.state_dir.is_dir() else []
+
+    def pool(self) -> dict[str, Any]:
+        """This kernel's one pool file (AssertionError where it has none or several)."""
+        pools = self.pools()
+        assert len(pools) == 1, f"{len(pools)} pool files in {self.state_dir}: {[p.get('id') for p in pools]}"
+        return pools[0]
+
+    def request_action(self, action: str, pool_id: str | None = None, np: int | None = None) -> None:
+        """Ask this kernel's pool (its one pool, or `pool_id`) for a sidebar action (interrupt, restart, stop, where,
+        ...), as its Jupyter server does."""
+        from jupyter_hvd import state
+
+        with self.runtime():
+            state.request_action(pool_id or self.pool()["id"], action, np)
+
+    def action_pending(self, pool_id: str | None = None) -> bool:
+        """Whether the kernel has not yet taken the last action asked of its pool (its one pool, or `pool_id`)."""
+        from jupyter_hvd import state
+
+        with self.runtime():
+            return state.action_file(pool_id or self.pool()["id"]).exists()
