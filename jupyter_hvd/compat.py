@@ -186,6 +186,24 @@ def query_answers() -> dict[Any, Any]:
     return answers
 
 
+PARAMETER_SYNCS = ("broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object")
+
+
+def wrap_parameter_syncs(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace horovod.torch.functions' whole-model and object collectives (PARAMETER_SYNCS) by `wrap(function)`,
+    also where they were imported by name (horovod.torch, its elastic state)."""
+    from horovod.torch import functions
+
+    for attr in PARAMETER_SYNCS:
+        current = getattr(functions, attr, None)
+        if current is None:
+            raise _missing(f"functions.{attr}", "tell a training step from a model's broadcast")
+        wrapped = wrap(current)
+        for name, module in list(sys.modules.items()):
+            if name.startswith("horovod.torch") and getattr(module, attr, None) is current:
+                setattr(module, attr, wrapped)
+
+
 def wrap_public(names: tuple[str, ...], wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
     """Replace horovod.torch's functions `names` (join, barrier: collectives that start no op through the op
     starters) by `wrap(function)`, also where they were imported by name."""

@@ -348,8 +348,6 @@ for i in bar:
 
 
 def test_a_tqdm_bar_fills_the_plot_the_status_and_every_ranks_loss_in_the_sidebar(live: Kernel) -> None:
-    from jupyter_hvd import state
-
     run = live.run(TQDM)
     assert run.error is None, run.error_text
     xs, ys = run.points("loss")
@@ -362,7 +360,7 @@ def test_a_tqdm_bar_fills_the_plot_the_status_and_every_ranks_loss_in_the_sideba
     assert bars and "train:" in bars[-1][0], "the text bar is drawn in the log"
     deadline, losses = time.monotonic() + 10, {}
     while time.monotonic() < deadline and losses != {0: 1 / 40, 1: 2 / 40}:
-        (pool,) = state.list_pools()
+        pool = live.pool()
         losses = {r["rank"]: r["loss"] for r in pool["ranks"]}
         time.sleep(0.2)
     assert losses == pytest.approx({0: 1 / 40, 1: 2 / 40}), "every rank's loss in the sidebar"
@@ -575,8 +573,6 @@ for epoch in range(1, 9):
 
 
 def test_after_epochs_the_status_line_and_the_sidebar_count_the_same_steps(live: Kernel) -> None:
-    from jupyter_hvd import state
-
     run = live.run(EPOCHS, timeout=120)
     assert run.error is None, run.error_text
     status = run.updates[-1][1]["status"]
@@ -587,10 +583,34 @@ def test_after_epochs_the_status_line_and_the_sidebar_count_the_same_steps(live:
     assert f"epoch 8 · {steps:,} steps" in final["data"]["text/plain"]  # the status line's text, in its unit
     deadline, sidebar = time.monotonic() + 10, None
     while time.monotonic() < deadline and sidebar != steps:
-        (pool,) = state.list_pools()
+        pool = live.pool()
         sidebar = pool["ranks"][0]["step"]
         time.sleep(0.2)
     assert sidebar == steps, f"the sidebar says {sidebar} steps, the status line {steps}"
+
+
+SETUP = """%%hvd
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+model(torch.ones(2, 4)).sum().backward()
+opt.step()  # momentum buffers: the optimizer's state has tensors to broadcast
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+hvd.broadcast_optimizer_state(opt, root_rank=0)
+settings = hvd.broadcast_object({"lr": 0.01}, root_rank=0)
+print("ready")
+"""
+
+
+def test_a_setup_cells_broadcasts_are_no_training_steps(live: Kernel) -> None:
+    run = live.run(SETUP, timeout=120)
+    assert run.error is None, run.error_text
+    assert "ready" in run.stdout
+    status = run.updates[-1][1]["status"]
+    assert not status["steps"], status
+    (final,) = saved_outputs(run)
+    assert "step" not in final["data"]["text/plain"], final["data"]["text/plain"]
+    pool = live.pool()
+    assert not pool["ranks"][0]["step"], pool["ranks"][0]
 
 
 def test_a_line_that_never_ends_keeps_only_its_tail() -> None:

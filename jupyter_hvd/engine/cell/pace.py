@@ -3,10 +3,11 @@
 In data-parallel training the slowest rank sets the pace: the others wait for it in every gradient allreduce. A step
 is the interval between two successive waits for gradient synchronisation (a DistributedOptimizer's synchronize(),
 which step() calls) or two successive blocking collectives (hvd.allreduce(...), any hvd.synchronize(handle)) of the
-cell's thread; compute is the time between waits, wait the time inside one. Means over about `SEND_EVERY_S` go to the
-kernel with the report() records (engine/cell/report.py), where kernel/cell/straggler.py names a rank that computes much
-longer per step than the others, with the steps counted so far in the cell: every rank's step in the sidebar, also
-on ranks that print nothing.
+cell's thread, but for a model's or an object's broadcast (hvd.broadcast_parameters(...) sets up, it does not train);
+compute is the time between waits, wait the time inside one. Means over about `SEND_EVERY_S` go to the kernel with
+the report() records (engine/cell/report.py), where kernel/cell/straggler.py names a rank that computes much longer
+per step than the others, with the steps counted so far in the cell: every rank's step in the sidebar, also on ranks
+that print nothing.
 
 A light wrap, not Horovod's timeline: two clock reads and a few additions per step (see bench/pace_overhead.py).
 On GPUs, compute is what the Python thread does; GPU kernels still running when it waits count as wait.
@@ -28,7 +29,7 @@ SEND_EVERY_S = 0.5  # means over this much training go to the kernel
 
 _main = threading.main_thread().ident
 _clock = time.perf_counter
-_inside = False  # the main thread is inside an optimizer's synchronize(): its per-tensor waits are one wait
+_inside = False  # in an optimizer's synchronize() (its per-tensor waits are one wait) or a broadcast (none)
 _cell: Any = None  # the cell the sums below belong to
 _last_end: float | None = None  # when the main thread's last wait ended (None: no step yet in this cell)
 _compute = 0.0
@@ -54,6 +55,7 @@ def install() -> None:
     report.before_flush.append(end_of_cell)
     for cls in compat.optimizer_classes():
         cls.synchronize = _timed_optimizer_sync(cls.synchronize)
+    compat.wrap_parameter_syncs(_no_step)
     _installed = True
 
 
@@ -86,6 +88,24 @@ def _timed_optimizer_sync(real: Callable[..., Any]) -> Callable[..., Any]:
             _step(start, _clock())
 
     return synchronize
+
+
+def _no_step(real: Callable[..., Any]) -> Callable[..., Any]:
+    """A model's or an object's broadcast (a setup cell's broadcast_parameters) waits in synchronize once per tensor:
+    none of those waits ends a training step."""
+
+    @functools.wraps(real)
+    def sync(*args: Any, **kwargs: Any) -> Any:
+        global _inside
+        if _inside or threading.get_ident() != _main:
+            return real(*args, **kwargs)
+        _inside = True
+        try:
+            return real(*args, **kwargs)
+        finally:
+            _inside = False
+
+    return sync
 
 
 def _step(start: float, end: float) -> None:
