@@ -71,13 +71,32 @@ def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def ip() -> Any:
-    """An in-process IPython shell with jupyter_hvd loaded."""
+def _shell() -> Any:
     from IPython.testing.globalipapp import start_ipython
 
     shell = start_ipython()
     shell.run_line_magic("load_ext", "jupyter_hvd")
     return shell
+
+
+@pytest.fixture(scope="module")
+def ip(_shell: Any) -> Iterator[Any]:
+    """An in-process IPython shell with jupyter_hvd loaded. IPython allows one per process, so modules share it; each
+    module gets it as new: no pool and the default HvdPool config at the start, none left at the end."""
+    from jupyter_hvd.kernel import owner as pools
+    from jupyter_hvd.kernel.launch.options import defaults
+
+    def fresh() -> None:
+        if pools.current() is not None:
+            _shell.run_line_magic("hvd_stop", "")
+        configured = defaults(_shell)
+        configured.config.pop("HvdPool", None)
+        for name, trait in configured.traits(config=True).items():
+            configured.set_trait(name, trait.default())
+
+    fresh()
+    yield _shell
+    fresh()
 
 
 @pytest.fixture(scope="module")

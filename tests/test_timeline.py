@@ -149,8 +149,12 @@ def test_timeline_is_off_after_an_idle_rest(ip, pool, tmp_path, capsys):
     assert "allreduce.again" in capsys.readouterr().out
 
 
-def test_fixed_tuning_pool_refuses_and_says_what_to_type(ip, pool, capsys):
+def test_a_fixed_tuning_pool_refuses_the_timeline_and_keeps_horovod_awake(ip, pool, capsys):
+    import time
+
     from IPython.core.error import UsageError
+
+    from jupyter_hvd.kernel import owner as pools
 
     ip.run_line_magic("hvd_stop", "")
     ip.run_line_magic("hvd_start", "-np 2 --env JUPYTER_HVD_TEST=yes --cycle-time 2.5 --fusion-mb 8")
@@ -163,28 +167,23 @@ def test_fixed_tuning_pool_refuses_and_says_what_to_type(ip, pool, capsys):
     assert "--cycle-time and --fusion-mb" in text and "%hvd_start" in text and "--timeline" in text, text
     assert "never runs" not in capsys.readouterr().out
 
-
-def test_tuning_flags_reach_the_engines_and_keep_horovod_awake(ip, pool, capsys):
-    from jupyter_hvd.kernel import owner as pools
-
-    pool = pools.current()  # the fixed-tuning pool of the test before
-    import time
-
+    # The tuning flags reach the engines.
+    fixed = pools.current()
     ip.run_cell_magic(
         "hvd",
         "",
         "import os\nkeys = ('HOROVOD_CYCLE_TIME', 'HOROVOD_FUSION_THRESHOLD', 'HOROVOD_TIMELINE')\n"
         "seen = {k: os.environ.get(k) for k in keys}",
     )
-    seen = pool.client[pool.ranks[1].engine_id].pull("seen", block=True)
+    seen = fixed.client[fixed.ranks[1].engine_id].pull("seen", block=True)
     assert seen == {
         "HOROVOD_CYCLE_TIME": "2.5",
         "HOROVOD_FUSION_THRESHOLD": str(8 * 1024 * 1024),
         "HOROVOD_TIMELINE": None,
     }
     # Horovod 0.28.1 crashes when started again with fixed tuning: this pool never rests, and says why.
-    time.sleep(3.5)
-    assert not pool.resting
+    time.sleep(3.5)  # longer than the 2 s after which a plain pool of CPU ranks rests
+    assert not fixed.resting
     ip.run_line_magic("hvd_status", "")
     assert "Horovod stays awake" in capsys.readouterr().out
 
