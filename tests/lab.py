@@ -43,8 +43,16 @@ def require_browser_tools() -> None:
         pytest.fail(f"the browser tests need {', '.join(missing)}; {SETUP} installs them", pytrace=False)
 
 
+# Console errors of the page that are not jupyter-hvd's, allowed in every browser test.
+FOREIGN_ERRORS = (
+    # Notebook 7.6's own shortcuts settings handler, on every notebook page, with every extension disabled too.
+    "Cannot read properties of undefined (reading 'schema')",
+)
+
+
 def run_browser(script: str, env: dict[str, str], timeout: float) -> tuple[dict, subprocess.CompletedProcess[str]]:
-    """Run ui-tests/`script` with node and return the result it printed (its last JSON line) and the process."""
+    """Run ui-tests/`script` with node and return the result it printed (its last JSON line) and the process. The
+    test fails here if the page logged an error that is not one of FOREIGN_ERRORS."""
     require_browser_tools()
     out = subprocess.run(
         ["node", str(UI_TESTS / script)],
@@ -57,7 +65,15 @@ def run_browser(script: str, env: dict[str, str], timeout: float) -> tuple[dict,
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         pytest.fail(f"ui-tests/{script} printed no result:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1]), out
+    result = json.loads(lines[-1])
+    errors = [e for e in result.get("errors", []) if not e.startswith(FOREIGN_ERRORS)]
+    if errors:
+        failed = result.get("failed_requests", [])
+        pytest.fail(
+            f"the page logged errors (ui-tests/{script}): {errors}\nfailed requests: {failed}\n"
+            f"the check: {result.get('error', 'passed')}"
+        )
+    return result, out
 
 
 def free_port() -> int:
