@@ -215,58 +215,90 @@ class Launcher:
                 raise
 
     def _connect_client(self, t0: float) -> Any:
-        """ipyparallel's client of the controller. A controller slow to answer (a busy machine) gets what is left of
-        --timeout, not ipyparallel's 10 s: that wait ended starts on a loaded 2-core machine."""
-        assert self.cluster is not None
-        left = max(10.0, t0 + self.options.timeout - time.monotonic())
+        """ipyparallel's client of the controller, within what is left of --timeout: ipyparallel's own waits (60 s
+        for the connection files, 10 s for the answer) know nothing of it, and a loaded 2-core machine needs more
+        than 10 s."""
+        assert self.cluster is not None and self.cluster.controller is not None
+        deadline = max(t0 + self.options.timeout, time.monotonic() + 10.0)
+        files = [Path(f) for f in self.cluster.controller.connection_files.values()]
+        while not all(f.exists() for f in files):
+            if self._controller_state() == "exited":
+                raise PoolError(
+                    "The pool's controller exited before it was ready.",
+                    "Its last lines:\n" + self._controller_output(),
+                )
+            if time.monotonic() > deadline:
+                raise PoolError(
+                    f"The pool's controller wrote no connection file within {self.options.timeout:g} s.",
+                    "The machine may be busy: raise --timeout, then %hvd_start again.\n" + self._why_no_answer(),
+                )
+            time.sleep(0.05)
+        left = max(5.0, deadline - time.monotonic())
         try:
             return self.cluster.connect_client_sync(timeout=left)
         except TimeoutError:
             raise PoolError(
-                f"The pool's controller did not answer the kernel within {left:.0f} s.",
+                f"The pool's controller did not answer the kernel within {self.options.timeout:g} s.",
                 "The machine may be busy: raise --timeout, then %hvd_start again.\n" + self._why_no_answer(),
             ) from None
 
+    def _controller_state(self) -> str:
+        """ "running", "stopped" (SIGSTOP, or a debugger), "exited", or psutil's word for another state."""
+        assert self.cluster is not None and self.cluster.controller is not None
+        try:
+            status = psutil.Process(self.cluster.controller.pid).status()
+        except (psutil.Error, TypeError):
+            return "exited"
+        if status == psutil.STATUS_ZOMBIE:
+            return "exited"
+        return (
+            "running" if status in (psutil.STATUS_RUNNING, psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP) else status
+        )
+
+    def _controller_output(self, limit: int = 15) -> str:
+        assert self.cluster is not None and self.cluster.controller is not None
+        try:
+            said = self.cluster.controller.get_output(remove=False) or ""
+        except Exception:  # its log is gone with it
+            said = ""
+        return "\n".join(said.splitlines()[-limit:])
+
     def _why_no_answer(self) -> str:
-        """What the kernel can see of a controller that did not answer its client: running or not, its
+        """What the kernel can see of a controller that did not answer its client: its process state, its
         registration socket, whether a client on a zmq context of its own gets an answer, and its last words."""
+        import json
+
         import zmq
         from jupyter_client.session import Session
 
         assert self.cluster is not None and self.cluster.controller is not None
-        controller = self.cluster.controller
-        lines = [f"controller running: {controller.running}"]
+        lines = [f"controller: {self._controller_state()}"]
         try:
-            import json
-
-            client = json.loads(Path(controller.connection_files["client"]).read_text())
+            client = json.loads(Path(self.cluster.controller.connection_files["client"]).read_text())
             url = f"{client['interface']}:{client['registration']}"
-        except Exception as exc:  # what is missing is itself the answer
-            return "\n".join([*lines, f"no client connection file: {exc!r}"])
-        path = url.removeprefix("ipc://")
-        lines.append(
-            f"registration socket {url}" + ("" if not url.startswith("ipc://") else f" exists: {os.path.exists(path)}")
-        )
-        ctx = zmq.Context()
-        try:
-            sock = ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.connect(url)
-            session = Session(
-                key=client["key"].encode(),
-                signature_scheme=client["signature_scheme"],
-                packer=client["pack"],
-                unpacker=client["unpack"],
-            )
-            session.send(sock, "connection_request")
-            lines.append(f"a client on a context of its own got an answer within 5 s: {bool(sock.poll(5000))}")
-        finally:
-            ctx.destroy(linger=0)
-        try:
-            said = controller.get_output(remove=False) or ""
-        except Exception:
-            said = ""
-        lines.append("controller said:\n" + "\n".join(said.splitlines()[-15:]))
+        except (OSError, ValueError, KeyError) as exc:  # what is missing is itself the answer
+            lines.append(f"no client connection file: {exc!r}")
+        else:
+            where = f" (exists: {os.path.exists(url.removeprefix('ipc://'))})" if url.startswith("ipc://") else ""
+            lines.append(f"registration socket: {url}{where}")
+            ctx = zmq.Context()  # not the kernel's shared one: whether that one is at fault is the question
+            try:
+                sock = ctx.socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.connect(url)
+                session = Session(
+                    key=client["key"].encode(),
+                    signature_scheme=client["signature_scheme"],
+                    packer=client["pack"],
+                    unpacker=client["unpack"],
+                )
+                session.send(sock, "connection_request")
+                lines.append(f"a client on a zmq context of its own got an answer within 5 s: {bool(sock.poll(5000))}")
+            except Exception as exc:  # a diagnosis must not hide the error it explains
+                lines.append(f"a client on a zmq context of its own could not ask: {exc!r}")
+            finally:
+                ctx.destroy(linger=0)
+        lines.append("controller's last lines:\n" + self._controller_output())
         return "\n".join(lines)
 
     def slurm_job(self) -> str:
