@@ -243,7 +243,7 @@ class Launcher:
             ) from None
 
     def _controller_state(self) -> str:
-        """ "running", "stopped" (SIGSTOP, or a debugger), "exited", or psutil's word for another state."""
+        """What the controller's process does: running, stopped (and why it may be), exited, or psutil's word."""
         assert self.cluster is not None and self.cluster.controller is not None
         try:
             status = psutil.Process(self.cluster.controller.pid).status()
@@ -251,9 +251,10 @@ class Launcher:
             return "exited"
         if status == psutil.STATUS_ZOMBIE:
             return "exited"
-        return (
-            "running" if status in (psutil.STATUS_RUNNING, psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP) else status
-        )
+        if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+            return "stopped (SIGSTOP, or held by a debugger)"
+        running = (psutil.STATUS_RUNNING, psutil.STATUS_SLEEPING, psutil.STATUS_DISK_SLEEP)
+        return "running" if status in running else str(status)
 
     def _controller_output(self, limit: int = 15) -> str:
         assert self.cluster is not None and self.cluster.controller is not None
