@@ -6,8 +6,10 @@ front end would use it). Times are wall-clock (time.time()), so they compare wit
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
+import shutil
 import tempfile
 import threading
 import time
@@ -114,18 +116,19 @@ _runtime_swap = threading.RLock()  # pool() inside runtime() takes it again
 class Kernel:
     """A real IPython kernel (jupyter_client) with helpers to run a cell and collect what it sends.
 
-    Each kernel has a Jupyter runtime directory of its own (under this process's, unless `extra_env` names one), so
-    its pool files are the only ones its helpers see: pools(), request_action(), action_pending()."""
+    Each kernel has a Jupyter runtime directory of its own (unless `extra_env` names one), so its pool files are the
+    only ones its helpers see: pools(), request_action(), action_pending()."""
 
     def __init__(self, extra_env: dict[str, str] | None = None) -> None:
         from jupyter_client.manager import KernelManager
 
         env = {**os.environ, **(extra_env or {})}
         if "JUPYTER_RUNTIME_DIR" not in (extra_env or {}):
-            parent = os.environ.get("JUPYTER_RUNTIME_DIR")
-            if parent:
-                os.makedirs(parent, mode=0o700, exist_ok=True)
-            env["JUPYTER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="hvd-kernel-", dir=parent)
+            # In /tmp: a deeper directory would make the pool's ipc socket names too long, and the pool would listen
+            # on TCP (kernel/channel.py's IPC_PATH_MAX) as no user's does.
+            runtime = tempfile.mkdtemp(prefix="hvd-k-")
+            atexit.register(shutil.rmtree, runtime, ignore_errors=True)
+            env["JUPYTER_RUNTIME_DIR"] = runtime
         self.runtime_dir = Path(env["JUPYTER_RUNTIME_DIR"])
         self.state_dir = self.runtime_dir / "jupyter-hvd"  # where its pools' files are (jupyter_hvd.state)
         self.km = KernelManager(kernel_name="python3")
