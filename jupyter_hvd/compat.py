@@ -190,17 +190,22 @@ PARAMETER_SYNCS = ("broadcast_parameters", "broadcast_optimizer_state", "broadca
 
 
 def wrap_parameter_syncs(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    """Replace horovod.torch.functions' whole-model and object collectives (PARAMETER_SYNCS) by `wrap(function)`,
-    also where they were imported by name (horovod.torch, its elastic state)."""
+    """Replace Horovod's whole-model and object collectives (PARAMETER_SYNCS) by `wrap(function)` wherever a
+    horovod.torch module holds one, whatever holds it now (jupyter-hvd's own guard of hvd.broadcast_object is one);
+    once each."""
     from horovod.torch import functions
 
-    for attr in PARAMETER_SYNCS:
-        current = getattr(functions, attr, None)
-        if current is None:
-            raise _missing(f"functions.{attr}", "tell a training step from a model's broadcast")
-        wrapped = wrap(current)
-        for name, module in list(sys.modules.items()):
-            if name.startswith("horovod.torch") and getattr(module, attr, None) is current:
+    missing = [attr for attr in PARAMETER_SYNCS if getattr(functions, attr, None) is None]
+    if missing:
+        raise _missing(f"functions.{missing[0]}", "tell a training step from a model's broadcast")
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("horovod.torch"):
+            continue
+        for attr in PARAMETER_SYNCS:
+            current = getattr(module, attr, None)
+            if callable(current) and not getattr(current, "_jupyter_hvd_parameter_sync", False):
+                wrapped = wrap(current)
+                wrapped._jupyter_hvd_parameter_sync = True  # type: ignore[attr-defined]
                 setattr(module, attr, wrapped)
 
 
