@@ -47,6 +47,8 @@ def require_browser_tools() -> None:
 FOREIGN_ERRORS = (
     # Notebook 7.6's own shortcuts settings handler, on every notebook page, with every extension disabled too.
     "Cannot read properties of undefined (reading 'schema')",
+    # JupyterLab's, when a kernel closes a comm this page never opened: a widget of a cell that ran before a reload.
+    "Comm not found for comm id",
 )
 
 

@@ -36,7 +36,13 @@ function configOf(model) {
     onSettings: ({ smoothing, logY }) => {
       model.set("smoothing", smoothing);
       model.set("log_y", logY);
-      model.save_changes?.();
+      try {
+        model.save_changes?.();
+      } catch (e) {
+        // The kernel closed the widget when the cell ended (ipywidgets keeps the model "live" and throws a string
+        // here): the cell's saved output is final, so the choice stays with the views on this page.
+        if (!String(e).includes("no comm channel")) throw e;
+      }
     },
   };
 }

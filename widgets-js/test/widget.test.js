@@ -179,6 +179,30 @@ describe("the user's choices", () => {
   });
 });
 
+describe("a view whose cell ended", () => {
+  it("keeps the user's log scale on the page where the kernel closed the widget, and throws nothing", async () => {
+    const state = { view_id: "v5", plots: ["all"], ranks: [0], log_lines: 100, updates: 0, smoothing: null, log_y: false };
+    const closed = () => {
+      throw "Syncing error: no comm channel defined"; // what ipywidgets throws once the kernel closed the comm
+    };
+    const model = { ...fakeModel(state), set: (k, v) => (state[k] = v), save_changes: closed };
+    widget.initialize({ model });
+    const el = document.createElement("div");
+    document.body.appendChild(el);
+    widget.render({ model, el });
+    const xs = Array.from({ length: 30 }, (_, i) => i);
+    const msg = {
+      type: "update", seq: 1, full: false, log: null, status: { state: "done", ranks: 2, elapsed: 1 },
+      curves: [{ key: "loss@0", name: "loss", rank: 0, x_kind: "step", start: 0, reset: false, n: 30 }],
+    };
+    model.emit("msg:custom", msg, [f64(xs), f64(xs.map((i) => 1 / (i + 1)))]);
+    await frame();
+    expect(() => el.querySelector(".jhvd-toggle").click()).not.toThrow();
+    await frame();
+    expect(el.querySelector(".jhvd-plot-title").textContent).toBe("loss (log scale)");
+  });
+});
+
 describe("the finished view", () => {
   it("draws a saved cell's curves, status and log from its data, with no kernel", async () => {
     const { renderSaved } = await import("../src/saved.js");
