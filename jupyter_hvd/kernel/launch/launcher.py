@@ -23,6 +23,7 @@ from typing import Any
 
 import ipyparallel as ipp
 import psutil
+import zmq
 
 from ... import state
 from ..errors import PoolError
@@ -82,6 +83,32 @@ def visible_gpus() -> int:
     return min(n, len(cvd.split(","))) if cvd else n
 
 
+def _asks(ctx: zmq.Context[Any], url: str, client: dict[str, Any]) -> str:
+    """Whether a connection request on `ctx` to the controller at `url` (its client connection file: `client`) gets
+    an answer within 5 s, in words."""
+    from jupyter_client.session import Session
+
+    try:
+        sock = ctx.socket(zmq.DEALER)
+    except zmq.ZMQError as exc:
+        return f"could not ask: {exc!r}"
+    try:
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(url)
+        session = Session(
+            key=client["key"].encode(),
+            signature_scheme=client["signature_scheme"],
+            packer=client["pack"],
+            unpacker=client["unpack"],
+        )
+        session.send(sock, "connection_request")
+        return f"got an answer within 5 s: {bool(sock.poll(5000))}"
+    except Exception as exc:  # a diagnosis must not hide the error it explains
+        return f"could not ask: {exc!r}"
+    finally:
+        sock.close(0)
+
+
 class Launcher:
     """The processes of one pool. `recorded` is called whenever the set of processes changed: the pool then writes
     them into its pool file, which is what the reaper kills if the kernel dies."""
@@ -94,6 +121,10 @@ class Launcher:
         self.placement = placement.choose(options)  # one host, the hosts of -H/--hostfile, or a SLURM job
         self.cluster: ipp.Cluster | None = None
         self.client: ipp.Client | None = None
+        # The client's own zmq context, not the kernel's shared Context.instance(): in a test process that had run
+        # many pools, a client on the shared one got no answer from a controller that answered a client on a context
+        # of its own (tests/test_failure_paths.py shows what %hvd_start then says).
+        self._zmq: zmq.Context[Any] | None = None
         self._engine_set: str | None = None
         self._retired_ids: set[int] = set()  # engines of before a restart, which the controller may still list
         self._reaper: subprocess.Popen[bytes] | None = None
@@ -234,8 +265,9 @@ class Launcher:
                 )
             time.sleep(0.05)
         left = max(5.0, deadline - time.monotonic())
+        self._zmq = self._zmq or zmq.Context()
         try:
-            return self.cluster.connect_client_sync(timeout=left)
+            return self.cluster.connect_client_sync(timeout=left, context=self._zmq)
         except TimeoutError:
             raise PoolError(
                 f"The pool's controller did not answer the kernel within {self.options.timeout:g} s.",
@@ -269,9 +301,6 @@ class Launcher:
         registration socket, whether a client on a zmq context of its own gets an answer, and its last words."""
         import json
 
-        import zmq
-        from jupyter_client.session import Session
-
         assert self.cluster is not None and self.cluster.controller is not None
         lines = [f"controller: {self._controller_state()}"]
         try:
@@ -282,23 +311,12 @@ class Launcher:
         else:
             where = f" (exists: {os.path.exists(url.removeprefix('ipc://'))})" if url.startswith("ipc://") else ""
             lines.append(f"registration socket: {url}{where}")
-            ctx = zmq.Context()  # not the kernel's shared one: whether that one is at fault is the question
+            own = zmq.Context()
             try:
-                sock = ctx.socket(zmq.DEALER)
-                sock.setsockopt(zmq.LINGER, 0)
-                sock.connect(url)
-                session = Session(
-                    key=client["key"].encode(),
-                    signature_scheme=client["signature_scheme"],
-                    packer=client["pack"],
-                    unpacker=client["unpack"],
-                )
-                session.send(sock, "connection_request")
-                lines.append(f"a client on a zmq context of its own got an answer within 5 s: {bool(sock.poll(5000))}")
-            except Exception as exc:  # a diagnosis must not hide the error it explains
-                lines.append(f"a client on a zmq context of its own could not ask: {exc!r}")
+                lines.append(f"a client on a zmq context of its own {_asks(own, url, client)}")
             finally:
-                ctx.destroy(linger=0)
+                own.destroy(linger=0)
+            lines.append(f"a client on the kernel's shared zmq context {_asks(zmq.Context.instance(), url, client)}")
         lines.append("controller's last lines:\n" + self._controller_output())
         return "\n".join(lines)
 
@@ -372,6 +390,9 @@ class Launcher:
             except Exception:
                 pass
             self.client = None
+        if self._zmq is not None:
+            self._zmq.destroy(linger=0)
+            self._zmq = None
         if self.cluster is not None:
             try:
                 self.cluster.stop_cluster_sync()
