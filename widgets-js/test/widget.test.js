@@ -153,21 +153,27 @@ describe("Store buffers", () => {
   });
 });
 
+/** A widget view of 30 loss points from a cell in `cellState`, whose model saves its settings with `saveChanges`. */
+async function viewOfLoss(viewId, cellState, saveChanges) {
+  const state = { view_id: viewId, plots: ["all"], ranks: [0], log_lines: 100, updates: 0, smoothing: null, log_y: false };
+  const model = { ...fakeModel(state), set: (k, v) => (state[k] = v), save_changes: () => saveChanges(state) };
+  widget.initialize({ model });
+  const el = document.createElement("div");
+  document.body.appendChild(el);
+  widget.render({ model, el });
+  const xs = Array.from({ length: 30 }, (_, i) => i);
+  const msg = {
+    type: "update", seq: 1, full: false, log: null, status: { state: cellState, ranks: 2, elapsed: 1 },
+    curves: [{ key: "loss@0", name: "loss", rank: 0, x_kind: "step", start: 0, reset: false, n: 30 }],
+  };
+  model.emit("msg:custom", msg, [f64(xs), f64(xs.map((i) => 1 / (i + 1)))]);
+  await frame();
+  return { el, state };
+}
+
 describe("the user's choices", () => {
   it("sends the smoothing slider and the log scale to the kernel, which keeps them in the finished view", async () => {
-    const state = { view_id: "v4", plots: ["all"], ranks: [0], log_lines: 100, updates: 0, smoothing: null, log_y: false };
-    const model = { ...fakeModel(state), set: (k, v) => (state[k] = v), save_changes: () => (state.saved = true) };
-    widget.initialize({ model });
-    const el = document.createElement("div");
-    document.body.appendChild(el);
-    widget.render({ model, el });
-    const xs = Array.from({ length: 30 }, (_, i) => i);
-    const msg = {
-      type: "update", seq: 1, full: false, log: null, status: { state: "running", ranks: 2, elapsed: 1 },
-      curves: [{ key: "loss@0", name: "loss", rank: 0, x_kind: "step", start: 0, reset: false, n: 30 }],
-    };
-    model.emit("msg:custom", msg, [f64(xs), f64(xs.map((i) => 1 / (i + 1)))]);
-    await frame();
+    const { el, state } = await viewOfLoss("v4", "running", (s) => (s.saved = true));
     expect(el.querySelector(".jhvd-smoothing output").textContent).toBe("0.60"); // automatic from 20 points
     const slider = el.querySelector(".jhvd-smoothing input");
     slider.value = "0.9";
@@ -177,26 +183,11 @@ describe("the user's choices", () => {
     await frame();
     expect(el.querySelector(".jhvd-plot-title").textContent).toBe("loss (log scale)");
   });
-});
 
-describe("a view whose cell ended", () => {
-  it("keeps the user's log scale on the page where the kernel closed the widget, and throws nothing", async () => {
-    const state = { view_id: "v5", plots: ["all"], ranks: [0], log_lines: 100, updates: 0, smoothing: null, log_y: false };
-    const closed = () => {
+  it("keeps the log scale on the page where the kernel closed the widget (the cell ended), and throws nothing", async () => {
+    const { el } = await viewOfLoss("v5", "done", () => {
       throw "Syncing error: no comm channel defined"; // what ipywidgets throws once the kernel closed the comm
-    };
-    const model = { ...fakeModel(state), set: (k, v) => (state[k] = v), save_changes: closed };
-    widget.initialize({ model });
-    const el = document.createElement("div");
-    document.body.appendChild(el);
-    widget.render({ model, el });
-    const xs = Array.from({ length: 30 }, (_, i) => i);
-    const msg = {
-      type: "update", seq: 1, full: false, log: null, status: { state: "done", ranks: 2, elapsed: 1 },
-      curves: [{ key: "loss@0", name: "loss", rank: 0, x_kind: "step", start: 0, reset: false, n: 30 }],
-    };
-    model.emit("msg:custom", msg, [f64(xs), f64(xs.map((i) => 1 / (i + 1)))]);
-    await frame();
+    });
     expect(() => el.querySelector(".jhvd-toggle").click()).not.toThrow();
     await frame();
     expect(el.querySelector(".jhvd-plot-title").textContent).toBe("loss (log scale)");
