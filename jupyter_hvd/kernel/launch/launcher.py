@@ -94,6 +94,9 @@ def _asks(ctx: zmq.Context[Any], url: str, client: dict[str, Any]) -> str:
         return f"could not ask: {exc!r}"
     try:
         sock.setsockopt(zmq.LINGER, 0)
+        if client.get("curve_serverkey"):  # an encrypted pool (other hosts) answers CURVE clients only
+            sock.curve_serverkey = client["curve_serverkey"].encode("ascii")
+            sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
         sock.connect(url)
         session = Session(
             key=client["key"].encode(),
