@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +16,32 @@ import pytest
 from jupyter_hvd.testing import CellResult, Kernel  # noqa: F401  (tests import them from here)
 
 VENV_BIN = str(Path(__file__).resolve().parents[1] / ".venv" / "bin")
+
+
+def script_env() -> dict[str, str]:
+    """The environment of a script run as a user would, outside the pool: the venv first, this checkout importable."""
+    checkout = str(Path(__file__).parents[1])
+    env = {**os.environ, "PATH": VENV_BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": checkout}
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def run_under_mpirun(
+    script: Path, np: int = 2, mpirun_args: tuple[str, ...] = (), timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """`mpirun -np NP python SCRIPT` in the script's directory, as a user would type it."""
+    # Session files beside the script: in /tmp, those of an mpirun killed before a reboot stop the next with its pid.
+    session = ("--prtemca", "prte_tmpdir_base", str(script.parent))
+    command = [str(Path(VENV_BIN) / "mpirun"), "-np", str(np), "--bind-to", "none", *session, "-x", "PYTHONPATH"]
+    return subprocess.run(
+        [*command, *mpirun_args, sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=script_env(),
+        cwd=script.parent,
+    )
 
 
 def needs(why: str) -> None:

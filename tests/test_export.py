@@ -7,27 +7,9 @@ A real kernel with a real 2-rank CPU pool, and a real mpirun.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-from conftest import VENV_BIN, Kernel, wait_until_gone
-
-
-def run_script(script: Path, np: int = 2, env_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "PATH": VENV_BIN + os.pathsep + os.environ["PATH"],
-        "PYTHONPATH": str(Path(__file__).parents[1]),
-    }
-    if os.geteuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    command = [str(Path(VENV_BIN) / "mpirun"), "-np", str(np), "--bind-to", "none", "-x", "PYTHONPATH", *env_args]
-    return subprocess.run(
-        [*command, sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env, cwd=script.parent
-    )
+from conftest import Kernel, run_under_mpirun, wait_until_gone
 
 
 def test_the_export_is_the_notebook_as_it_ran_and_mpirun_prints_what_the_cells_printed(tmp_path):
@@ -73,7 +55,7 @@ def test_the_export_is_the_notebook_as_it_ran_and_mpirun_prints_what_the_cells_p
     assert "export JHVD_MARK=pool-env" in script.with_suffix(".sbatch").read_text()
     assert (tmp_path / "train.pushed.pkl").exists()
     (out_dir / "shell.txt").unlink()
-    done = run_script(script, env_args=("-x", "JHVD_MARK=pool-env"))
+    done = run_under_mpirun(script, mpirun_args=("-x", "JHVD_MARK=pool-env"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.findall(r"r=.*", done.stdout) == printed, (done.stdout, printed)
     assert (out_dir / "shell.txt").read_text().strip() == "shell-42"

@@ -10,12 +10,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from conftest import VENV_BIN, Kernel, needs, wait_until_gone
+from conftest import Kernel, needs, run_under_mpirun, wait_until_gone
 
 SETUP = """%%hvd --setup
 import torch.nn.functional as F
@@ -188,22 +186,7 @@ def test_the_notebook_exports_as_a_script_that_mpirun_runs_to_the_same_numbers(b
     text = script.read_text()
     assert "only rank 0" not in text and "def prelude(" in text and "--setup" not in text
     assert "#SBATCH --ntasks=2" in script.with_suffix(".sbatch").read_text()
-    # The checkout under test, whichever the editable install points to.
-    env = {
-        **os.environ,
-        "PATH": VENV_BIN + os.pathsep + os.environ["PATH"],
-        "PYTHONPATH": str(Path(__file__).parents[1]),
-    }
-    if os.geteuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    mpirun = str(Path(VENV_BIN) / "mpirun")
-    out = subprocess.run(
-        [mpirun, "-np", "2", "--bind-to", "none", "-x", "PYTHONPATH", sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
+    out = run_under_mpirun(script)
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.findall(r"epoch \d+ loss=\S+", out.stdout) == baseline["printed"], out.stdout
 

@@ -301,9 +301,30 @@ def test_two_hosts_allreduce_and_a_lost_host(two_hosts: TwoHosts, tmp_path: Path
         driver.close()
 
 
+def _plant_stale_session_files(count: int) -> list[Path]:
+    """What daemons killed before a reboot leave in /tmp, for the next `count` pids: Open MPI's session files of
+    prterun on hostA and of prted on hostB (the two hosts share this machine's /tmp). The directories made."""
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    made = []
+    for i in range(1, count + 1):
+        pid = (last + i) % pid_max
+        for name, host in (("ompi", "hostA"), ("prted", "hostB")):
+            d = Path("/tmp") / f"{name}.{pid}"
+            if pid < 300 or d.exists():  # the kernel skips pids below 300 on wrapping
+                continue
+            d.mkdir()
+            made.append(d)
+            for rendezvous in (f"pmix.{host}.tool", f"pmix.{host}.tool.{pid}"):
+                (d / rendezvous).write_text(f"prterun-{host}-{pid}@0.1;tcp4://127.0.0.1:9\n5.0.11\n{pid}\n0:0\n")
+    return made
+
+
 def test_two_hosts_from_a_hostfile(two_hosts: TwoHosts, tmp_path: Path) -> None:
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# Open MPI syntax, as for mpirun --hostfile\nhostA slots=1\nhostB slots=1\n")
+    # Hosts that rebooted after losing daemons: a daemon whose pid one of those had must still start.
+    stale = _plant_stale_session_files(3000)
     driver = Driver(
         two_hosts, tmp_path, f"-np 2 --hostfile {hostfile} --ip {ADDR['hostA']} --cpu --timeout 60", "--short"
     )
@@ -314,6 +335,8 @@ def test_two_hosts_from_a_hostfile(two_hosts: TwoHosts, tmp_path: Path) -> None:
         allreduce_then_stop_leaves_nothing(driver, two_hosts)
     finally:
         driver.close()
+        for d in stale:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _attack_store(net: TwoHosts, ports: list[int], server: str | None) -> dict[str, Any]:

@@ -80,7 +80,12 @@ def test_hosts_engines_are_placed_and_given_what_remote_hosts_need():
     p = placement.Hosts(HvdPool(np=4, hosts="localhost:2,other.invalid:2"))
     kw = launch(p)
     args = kw["mpi_args"]
-    assert args[:2] == ["--bind-to", "none"] and "prte_tmpdir_base" not in args  # that directory is on this host only
+    assert args[:2] == ["--bind-to", "none"]
+    # Open MPI's session files under a name of the pool's own on every host, not the kernel's private directory
+    # (on this host only) nor /tmp/prted.<pid> (where a killed daemon's files stop the next one with its pid).
+    session = Path(args[args.index("prte_tmpdir_base") + 1])
+    assert session.parent == Path("/tmp") and session.name.startswith("jupyter-hvd-")
+    assert session != Path(launch(placement.Hosts(HvdPool(np=4, hosts="localhost:2")))["mpi_args"][-1])
     assert args[args.index("--host") + 1] == "localhost:2,other.invalid:2"
     forwarded = {args[i + 1] for i, a in enumerate(args) if a == "-x"}
     assert {"JUPYTER_HVD_POOL", "CUDA_VISIBLE_DEVICES", "IPP_CONNECTION_INFO"} <= forwarded

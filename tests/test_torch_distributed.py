@@ -8,7 +8,6 @@ Real kernels with real 2-rank CPU pools (Gloo); tests/test_gpu.py runs the NCCL 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import VENV_BIN, Kernel, wait_until_gone
+from conftest import VENV_BIN, Kernel, run_under_mpirun, script_env, wait_until_gone
 
 START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2 --torch-distributed"
 
@@ -432,31 +431,21 @@ def test_the_export_runs_under_torchrun_and_under_mpirun(kernel, tmp_path):
     script = tmp_path / "ddp.py"
     r = k.run(f"%hvd_export {script}")
     assert r.status == "ok" and "torchrun --nproc-per-node 2" in r.stdout, r.stdout + r.error_text
-    env = {
-        **os.environ,
-        "PATH": VENV_BIN + os.pathsep + os.environ["PATH"],
-        "PYTHONPATH": str(Path(__file__).parents[1]),
-    }
-    if os.geteuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     torchrun = shutil.which("torchrun", path=VENV_BIN)
     assert torchrun, "torchrun is not in the venv"
     runs = {
-        "torchrun": [torchrun, "--nproc-per-node", "2", str(script)],
-        "mpirun": [
-            str(Path(VENV_BIN) / "mpirun"),
-            "-np",
-            "2",
-            "--bind-to",
-            "none",
-            "-x",
-            "PYTHONPATH",
-            sys.executable,
-            str(script),
-        ],
+        "torchrun": lambda: subprocess.run(
+            [torchrun, "--nproc-per-node", "2", str(script)],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=script_env(),
+            cwd=tmp_path,
+        ),
+        "mpirun": lambda: run_under_mpirun(script, timeout=240),
     }
-    for name, command in runs.items():
-        out = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    for name, run in runs.items():
+        out = run()
         assert out.returncode == 0, f"{name}: {out.stderr[-3000:]}"
         assert re.findall(r"epoch \d+ loss=\S+", out.stdout) == printed, (name, out.stdout, printed)
 

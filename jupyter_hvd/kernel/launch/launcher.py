@@ -403,6 +403,7 @@ class Launcher:
                 log.debug("stop_cluster: %s", exc)
         self.kill_engines(ranks)
         state.kill_processes(self.tagged_processes())
+        self.placement.cleanup()
 
     def let_reaper_go(self) -> None:
         """The pool stopped cleanly: closing the pipe tells the reaper, which checks the pool file once more (gone:

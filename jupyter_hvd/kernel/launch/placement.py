@@ -12,6 +12,8 @@ in kernel/launch/hosts.py and kernel/launch/slurm.py.
 
 from __future__ import annotations
 
+import secrets
+import shutil
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,10 @@ class Placement(ABC):
         """What to add to 'the engines did not register', from what mpiexec printed."""
         return ""
 
+    def cleanup(self) -> None:
+        """Remove what the launches left on this host once the pool stopped; the pool's directory goes anyway."""
+        return None
+
     @abstractmethod
     def split(self, ranks: list[Rank]) -> tuple[list[Rank], list[Rank]]:
         """(the ranks on this host, whose pids mean something here; the ranks elsewhere, which only the controller
@@ -169,6 +175,14 @@ class Hosts(Placement):
     controller_args = tuple(hosts.MULTI_HOST_CONTROLLER_ARGS)
     send_connection_env = True  # no shared home directory needed
 
+    def __init__(self, options: HvdPool) -> None:
+        super().__init__(options)
+        # Open MPI's session files on every host, under a name of this pool's own. By default a daemon writes them
+        # in /tmp/prted.<pid>, and one killed (a host lost, a restart) leaves that behind: a later daemon with the
+        # same pid (a rebooted host counts pids from the start again) finds its files there and exits (status 213).
+        # A literal /tmp: the kernel's $TMPDIR need not exist on the other hosts.
+        self.session_files = Path("/tmp") / f"jupyter-hvd-{secrets.token_hex(6)}"
+
     def encrypted(self, directory: Path) -> bool:
         return True  # the pool's traffic crosses the network
 
@@ -200,11 +214,16 @@ class Hosts(Placement):
     ) -> dict[str, Any]:
         agent = setting("launch_agent")
         placing = hosts.mpiexec_args(self.host_list(), self.options.hostfile, controller_ip, env, agent)
-        return {"mpi_cmd": [mpiexec], "mpi_args": self.mpi_args(gpus, cores) + placing, "environment": env}
+        session = ["--prtemca", "prte_tmpdir_base", str(self.session_files)]
+        return {"mpi_cmd": [mpiexec], "mpi_args": self.mpi_args(gpus, cores) + placing + session, "environment": env}
 
     def start_failed_hint(self, mpiexec_output: str) -> str:
         """The host that did not come up, and how to go on without it."""
         return hosts.unreachable_hint(mpiexec_output, self.host_list())
+
+    def cleanup(self) -> None:
+        """This host's share of the session files (the other hosts' daemons remove theirs when they exit)."""
+        shutil.rmtree(self.session_files, ignore_errors=True)
 
 
 class Slurm(Hosts):
