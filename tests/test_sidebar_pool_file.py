@@ -4,6 +4,7 @@ writer (kernel/launch/pool_file.py) without a pool's processes, and the server's
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,4 +69,35 @@ def test_the_pool_file_says_the_journal_size_and_when_the_running_cell_began(_st
 
     sent = describe(data, time.time(), {}, {})
     assert sent["journal_entries"] == 2 and sent["cell_started"] == data["cell_started"]
+    file.remove()
+
+
+def test_a_cell_that_starts_while_the_file_is_written_never_shows_the_cell_befores_figures(_state_dir: Path) -> None:
+    """The watcher's thread writes the file while the main thread starts a cell: the file holds either the old cell's
+    start with its figures or the new cell's start without them, never the new start with the old step."""
+
+    class StartsACellMidWrite(FakePool):
+        file: PoolFile | None = None
+        starter: threading.Thread | None = None
+
+        @property
+        def options_dict(self) -> dict[str, Any]:  # read by the writer after the ranks' figures, before the start
+            if self.file is not None and self.starter is None:
+                self.starter = threading.Thread(target=self.file.start_of_cell)
+                self.starter.start()
+                self.starter.join(0.3)  # the start waits for the record to be made, or is done by now
+            return {}
+
+    pool = StartsACellMidWrite()
+    file = pool.file = PoolFile(pool.id)
+    file.update_ranks({0: {"step": 192}})
+    file.write(pool)
+    data = state.read_pool(file.path)
+    assert data is not None
+    assert data["cell_started"] == 0.0 and data["ranks"][0]["step"] == 192, data  # the cell before, consistent
+    assert pool.starter is not None
+    pool.starter.join(5)  # the cell has started
+    file.write(pool)
+    data = state.read_pool(file.path)
+    assert data is not None and data["cell_started"] > 0.0 and data["ranks"][0]["step"] is None, data
     file.remove()

@@ -59,7 +59,11 @@ class PoolFile:
         self.where: state.WhereReport | None = None  # where the ranks were when last asked (kernel/diagnose/where.py)
         self.processes: list[dict[str, Any]] = []
         self.slurm_job = ""  # the engines' SLURM job, for the reaper to cancel if the kernel dies
+        # _lock: the figures and the record made of them change as one (a write between a cell's start and its
+        # figures' reset showed the cell before's step under the new cell's start). _io: one writer at a time, in
+        # order, without making the cell wait for the disk.
         self._lock = threading.Lock()
+        self._io = threading.Lock()
         self._identity = state.kernel_identity()
         self._engines: tuple[int, ...] = ()  # the engines' pids: new ones mean a restart
         self.engines_started = 0.0
@@ -69,31 +73,37 @@ class PoolFile:
     def update_ranks(self, stats: dict[int, dict[str, Any]]) -> None:
         """Merge per-rank measurements (fields of state.RankRecord). A name that is not a field is a bug here: it
         would only fail later, when the file is written from the watcher's thread, where nobody sees it."""
-        for rank, values in stats.items():
+        for values in stats.values():
             unknown = set(values) - _RANK_FIELDS
             if unknown:
                 raise ValueError(f"not fields of a rank's record: {sorted(unknown)}")
-            self.rank_stats.setdefault(rank, {}).update(values)
+        with self._lock:
+            for rank, values in stats.items():
+                self.rank_stats.setdefault(rank, {}).update(values)
 
     def start_of_cell(self) -> None:
         """A cell starts: the figures of the one before (step, loss, per-step times, last line) are not this one's."""
-        self.cell_started = time.time()  # no write here: the sidebar dates figures and Where by it
-        for stats in self.rank_stats.values():
-            for name in CELL_FIGURES:
-                stats.pop(name, None)
+        with self._lock:
+            self.cell_started = time.time()  # no write here: the sidebar dates figures and Where by it
+            for stats in self.rank_stats.values():
+                for name in CELL_FIGURES:
+                    stats.pop(name, None)
 
     def end_of_cell(self) -> None:
         """A stall ends with its cell, as does a breakpoint()'s pdb."""
-        for rank, stats in self.rank_stats.items():
-            if stats.get("state") == "stalled":
-                del stats["state"]
-            stats.pop("stalled_on", None)
-            self.end_of_debugging(rank)
+        with self._lock:
+            for stats in self.rank_stats.values():
+                if stats.get("state") == "stalled":
+                    del stats["state"]
+                stats.pop("stalled_on", None)
+                if stats.get("state") == "debugger":
+                    del stats["state"]
 
     def end_of_debugging(self, rank: int) -> None:
         """A breakpoint()'s pdb let `rank` go: its state is the pool's again."""
-        if self.rank_stats.get(rank, {}).get("state") == "debugger":
-            del self.rank_stats[rank]["state"]
+        with self._lock:
+            if self.rank_stats.get(rank, {}).get("state") == "debugger":
+                del self.rank_stats[rank]["state"]
 
     def note_problem(self, text: str) -> bool:
         """Keep what failed in the kernel (newest first, 20 at most); False when it was the last one noted."""
@@ -108,35 +118,40 @@ class PoolFile:
 
     def write(self, pool: PoolView) -> None:
         """Write the file as the pool is now."""
-        with self._lock:
-            engines = tuple(r.pid for r in pool.ranks)
-            if engines and engines != self._engines:
-                self._engines, self.engines_started = engines, time.time()
-            ranks = [state.RankRecord(**{**asdict(r), **self.rank_stats.get(r.rank, {})}) for r in pool.ranks]
-            record = state.PoolRecord(
-                id=pool.id,
-                state=pool.state,
-                np=pool.np,
-                options=pool.options_dict,
-                started=pool.started_at,
-                backend=pool.ranks[0].tensor_ops if pool.ranks else "",
-                hosts=sorted({r.host for r in pool.ranks}),
-                ranks=ranks,
-                processes=[state.ProcessEntry(**p) for p in self.processes],
-                slurm_job=self.slurm_job,
-                cell=pool.busy_cell,
-                cell_own=pool.busy_own,
-                problems=self.problems(pool),
-                nonfinite=self.nonfinite,
-                straggler=self.straggler,
-                engines_started=self.engines_started or pool.started_at,
-                where=self.where,
-                cell_started=self.cell_started,
-                journal_entries=len(pool.keeper.journal),
-                **pool.kept_summary(),
-                **self._identity,
-            )
+        with self._io:
+            with self._lock:
+                record = self._record(pool)
             state.write_pool(self.path, record)
+
+    def _record(self, pool: PoolView) -> state.PoolRecord:
+        """The record of the pool as it is now (under _lock)."""
+        engines = tuple(r.pid for r in pool.ranks)
+        if engines and engines != self._engines:
+            self._engines, self.engines_started = engines, time.time()
+        ranks = [state.RankRecord(**{**asdict(r), **self.rank_stats.get(r.rank, {})}) for r in pool.ranks]
+        return state.PoolRecord(
+            id=pool.id,
+            state=pool.state,
+            np=pool.np,
+            options=pool.options_dict,
+            started=pool.started_at,
+            backend=pool.ranks[0].tensor_ops if pool.ranks else "",
+            hosts=sorted({r.host for r in pool.ranks}),
+            ranks=ranks,
+            processes=[state.ProcessEntry(**p) for p in self.processes],
+            slurm_job=self.slurm_job,
+            cell=pool.busy_cell,
+            cell_own=pool.busy_own,
+            problems=self.problems(pool),
+            nonfinite=self.nonfinite,
+            straggler=self.straggler,
+            engines_started=self.engines_started or pool.started_at,
+            where=self.where,
+            cell_started=self.cell_started,
+            journal_entries=len(pool.keeper.journal),
+            **pool.kept_summary(),
+            **self._identity,
+        )
 
     def publish(self, pool: PoolView) -> None:
         """Have the file rewritten soon (by the watcher's thread, within milliseconds), or now without a watcher."""
