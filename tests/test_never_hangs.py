@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -201,3 +202,17 @@ def test_the_idle_rest_waits_for_a_users_thread_in_horovod(k):
     assert r.status == "ok", r.error_text
     assert "errors 0 []" in r.stdout, r.stdout
     healthy(k)
+
+
+def test_a_native_crash_says_where_in_the_cell_it_happened(k):
+    """A segfault (in Horovod, MPI or torch's C++) on one rank: the error names the rank and signal, and quotes the
+    Python stack it crashed in, down to the cell's line, which the rank's own stderr took with it."""
+    r = k.run("%%hvd\nimport ctypes\nif rank == 1:\n    ctypes.string_at(0)\nprint('went on')", timeout=90)
+    assert r.status == "error"
+    said = r.error_text
+    assert re.search(
+        r"Rank 1 \(pid \d+, \S+\) died on signal 11 \(Segmentation fault\) "
+        r"in string_at \(ctypes/__init__.py, line \d+\), called from Cell In\[\d+\], line 3\. The pool was restarted",
+        said,
+    ), said
+    healthy(k)  # the pool came back

@@ -69,6 +69,7 @@ def test_one_host_engines_read_the_connection_file_and_need_no_nanny():
         **ENV,
         "JUPYTER_HVD_CONNECTION_FILE": "/sec/engine.json",
         "JUPYTER_HVD_CONNECTION_WAIT_S": "45",
+        "JUPYTER_HVD_FAULTS_DIR": str(SHORT),  # a crash's stack, for the kernel to quote
     }
     assert kw["engine_args"] == ["--IPEngine.enable_nanny=False", "--IPEngine.max_heartbeat_misses=0"]
     assert not p.send_connection_env  # mpiexec starts the engines while the controller still starts

@@ -9,10 +9,16 @@ A local pool's engines are launched before the controller is ready; they wait he
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import threading
 import time
+from pathlib import Path
+from typing import TextIO
+
+FAULTS_DIR_ENV = "JUPYTER_HVD_FAULTS_DIR"  # where a local engine writes its stack if it crashes (the pool's directory)
+_crash_file: TextIO | None = None  # kept open for faulthandler, which writes to its descriptor as the process dies
 
 
 def _preload() -> None:
@@ -57,8 +63,25 @@ def _wait_for_controller(path: str, timeout: float) -> None:
         return
 
 
+def _record_crashes() -> None:
+    """A native crash (in Horovod, MPI or torch) writes every thread's Python stack where the kernel can quote it
+    when it says the rank died: a file of this process's own (fault-<pid>.txt) in the pool's directory on the
+    kernel's host, else mpiexec's output (the engine's stderr before ipykernel captures it)."""
+    global _crash_file
+    directory = os.environ.pop(FAULTS_DIR_ENV, "")
+    try:
+        if directory:
+            _crash_file = open(Path(directory) / f"fault-{os.getpid()}.txt", "w")
+        else:
+            _crash_file = os.fdopen(os.dup(2), "w")
+        faulthandler.enable(file=_crash_file, all_threads=True)
+    except (OSError, ValueError):
+        pass  # a crash then says only its signal, as without this
+
+
 def main() -> None:
     """Start the preload thread, then run ipyparallel's engine with the given command line."""
+    _record_crashes()
     # ipykernel stops forwarding C-level output (Horovod's stall and error reports on fd 2) when it sees this
     # variable; engines started from a test session must show what a user's engines show.
     os.environ.pop("PYTEST_CURRENT_TEST", None)

@@ -26,6 +26,7 @@ import psutil
 import zmq
 
 from ... import state
+from .. import errors
 from ..errors import PoolError
 from ..ranks import Rank, format_ranks
 from . import placement
@@ -552,7 +553,9 @@ class Launcher:
             pid = int(m.group(2))
             rank = by_pid.get(pid, int(m.group(1)))
             name = m.group(5) or ""
-            return f"rank {rank} (pid {pid}, {m.group(3)}) died on signal {m.group(4)}{f' ({name})' if name else ''}"
+            said = f"rank {rank} (pid {pid}, {m.group(3)}) died on signal {m.group(4)}{f' ({name})' if name else ''}"
+            place = self.crash_place(pid)
+            return f"{said} {place}" if place else said
         m = re.search(r"Process name:\s*\[\S*?,(\d+)\].*?Exit code:\s*(\d+)", out, re.S)
         if m:
             return f"rank {m.group(1)} exited with code {m.group(2)}"
@@ -566,6 +569,25 @@ class Launcher:
                 )
             return f"{format_ranks(dead)} on {', '.join(where)} died"
         return "the engines stopped"
+
+    def crash_place(self, pid: int) -> str:
+        """Where engine `pid` crashed, from the stack it wrote as it died (engine/main.py): 'in string_at
+        (ctypes/__init__.py, line 519), called from Cell In[4], line 3'; "" where it wrote no Python frame."""
+        try:
+            text = (state.pool_directory(self.pool_id) / f"fault-{pid}.txt").read_text(errors="replace")
+        except (OSError, ValueError):
+            return ""
+        _, found, crashed = text.partition("Current thread ")  # the crashing thread, innermost frame first
+        frames = [re.match(r'\s+File "(.*)", line (\d+) in (.*)$', ln) for ln in crashed.splitlines()[1:]]
+        places = [(m.group(1), int(m.group(2)), m.group(3)) for m in frames if m and found]
+        if not places:
+            return ""
+        cell = next((errors.frame_location(*p) for p in places if errors.frame_location(*p)), None)
+        filename, line, function = places[0]
+        if errors.frame_location(filename, line, function):
+            return f"in {cell}"
+        inner = f"in {function} ({'/'.join(Path(filename).parts[-2:])}, line {line})"
+        return f"{inner}, called from {cell}" if cell else inner
 
 
 def _gone(pid: int) -> bool:

@@ -27,6 +27,7 @@ from .options import HvdPool, setting
 
 CONNECTION_FILE_ENV = "JUPYTER_HVD_CONNECTION_FILE"  # where local engines find the controller (engine/main.py)
 CONNECTION_WAIT_ENV = "JUPYTER_HVD_CONNECTION_WAIT_S"  # and how long they wait for it (the pool's --timeout)
+FAULTS_DIR_ENV = "JUPYTER_HVD_FAULTS_DIR"  # where they write their stack if they crash (engine/main.py)
 # ipyparallel's hub completes an engine's registration at its next heartbeat: with the default 3 s period that took
 # 6 s of every pool start. Local engines are watched by pid as well, so the hub's patience stays at 30 s.
 LOCAL_CONTROLLER_ARGS = ("--ping=250", "--HeartMonitor.max_heartmonitor_misses=120")
@@ -154,6 +155,7 @@ class OneHost(Placement):
                 **env,
                 CONNECTION_FILE_ENV: connection_file,
                 CONNECTION_WAIT_ENV: f"{self.options.timeout:g}",
+                FAULTS_DIR_ENV: str(directory),
             },
             # Local ranks are signalled by pid; a nanny per engine would only add a process to start. Nor do they
             # watch the controller's heartbeat (the reaper ends them with it): that watch listens on loopback TCP,
