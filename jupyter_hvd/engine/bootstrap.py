@@ -5,13 +5,14 @@ Imported on the engines only (no IPython.display, no widgets).
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
-import threading
 import time
 from typing import Any
 
 from .. import wire
+from . import preload
 
 
 def start_task(task: wire.Start) -> dict[str, Any]:
@@ -83,7 +84,7 @@ def start(
     from . import channel
 
     channel.connect(channel_info, names["rank"])
-    threading.Thread(target=_warm_up, args=(torch, dev), name="jupyter-hvd warm-up", daemon=True).start()
+    preload.in_background(functools.partial(_warm_up, torch, dev), "jupyter-hvd warm-up")
     row: dict[str, Any] = {
         "rank": names["rank"],
         "size": names["size"],
@@ -124,12 +125,12 @@ def _backends(hvd: Any, dist: Any) -> list[Any]:
 
 
 def _warm_up(torch: Any, device: Any) -> None:
-    """A first forward, backward and optimizer step on this rank's device, in a thread while the notebook goes on:
-    oneDNN, cuBLAS and cuDNN start at their first use (0.1-1 s), which would otherwise be the first training cell's;
-    and a first traceback formatted (runner.warm_up).
+    """A first forward, backward and optimizer step on this rank's device, in a thread while the user types the first
+    cell: oneDNN, cuBLAS and cuDNN start at their first use (0.1-1 s), which would otherwise be the first training
+    cell's; and a first traceback formatted (runner.warm_up). The first cell waits for it (engine/preload.py).
 
-    It draws no random number: it may still run when the first cell seeds torch, and a draw here would change that
-    cell's numbers (a notebook and its exported script would no longer agree)."""
+    It draws no random number: the notebook's numbers must not depend on whether it ran (a notebook and its exported
+    script would no longer agree)."""
     try:
         nn, skip = torch.nn, torch.nn.utils.skip_init
         model = nn.Sequential(

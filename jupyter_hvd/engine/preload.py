@@ -1,30 +1,40 @@
-"""Torch and Horovod imported and started in a background thread while the engine starts and registers.
+"""The engine's own background work before its first cell: torch and Horovod imported and started while the engine
+registers (`start`), and the bootstrap's warm-up of the device (`in_background`).
 
 Importing torch and horovod.torch takes seconds, and so does a process's first torch.optim optimizer; doing both
 while the engine registers (instead of after, in the bootstrap, or in the first training cell) cuts that time from
-`%hvd_start` and from the first cell. Cells wait until it is done (`wait`): user code and the libraries' first
-initialisation then never run at the same time in two threads.
+`%hvd_start` and from the first cell. Cells wait until all of it is done (`wait`): user code and the libraries'
+first initialisation then never run at the same time in two threads.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
-_thread: threading.Thread | None = None
+_threads: list[threading.Thread] = []
 
 
 def start() -> None:
-    """Begin the preload in a daemon thread."""
-    global _thread
-    _thread = threading.Thread(target=_run, name="jupyter-hvd preload", daemon=True)
-    _thread.start()
+    """Begin the preload of torch and Horovod."""
+    in_background(_run, "jupyter-hvd preload")
+
+
+def in_background(target: Callable[[], None], name: str) -> None:
+    """Run `target` in a daemon thread that cells wait for."""
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    _threads.append(thread)
+    thread.start()
 
 
 def wait(timeout: float) -> bool:
-    """Wait until the preload ended (at once where it did, or where none started); whether it did."""
-    if _thread is not None:
-        _thread.join(timeout)
-    return _thread is None or not _thread.is_alive()
+    """Wait until the background work ended (at once where it did); whether it did within `timeout` s."""
+    deadline = time.monotonic() + timeout
+    for thread in _threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    _threads[:] = [t for t in _threads if t.is_alive()]
+    return not _threads
 
 
 def _run() -> None:
