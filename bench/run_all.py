@@ -38,6 +38,7 @@ BENCHES = [
     "process_sets.py",
     "start_torch.py",
     "empty_cell.py",
+    "heal_mpi.py",
 ]
 
 
