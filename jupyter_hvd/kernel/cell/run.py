@@ -185,13 +185,7 @@ class CellRun:
         new = list(itertools.takewhile(lambda p: p is not self.pool.newest_problem_shown, channel.problems))
         for rank, text in reversed(new):
             tell.warning(f"rank {rank}: {text}")
-        if channel.between:  # what the ranks printed between cells (a user's thread, Horovod's warnings)
-            by_rank: dict[int, str] = {}
-            for rank, _, text in channel.between:
-                by_rank[rank] = by_rank.get(rank, "") + text
-            channel.between.clear()
-            for rank, text in sorted(by_rank.items()):
-                tell.warning(f"rank {rank} printed between cells:\n{text.rstrip()}")
+        self._say_between()
         for r in self.pool.ranks:
             self.runs[r.rank] = _RankRun(r.rank)
         try:
@@ -288,6 +282,7 @@ class CellRun:
         assert channel is not None
         ev = channel.receive(TICK_S)
         while ev is not None:
+            self._say_between()  # a rank sends what it had left of that before the cell's own output
             self._handle(ev)
             ev = channel.receive(0)
         if not self._shown_running and time.monotonic() - self._started >= SHOW_RUNNING_AFTER_S:
@@ -316,6 +311,18 @@ class CellRun:
         if self.reason is not None:
             self._advance_wind_down()
         self.view.tick()
+
+    def _say_between(self) -> None:
+        """What the ranks printed between cells (a user's thread, Horovod's warnings), said under this cell."""
+        channel = self.pool.channel
+        if channel is None or not channel.between:
+            return
+        by_rank: dict[int, str] = {}
+        for rank, _, text in channel.between:
+            by_rank[rank] = by_rank.get(rank, "") + text
+        channel.between.clear()
+        for rank, text in sorted(by_rank.items()):
+            tell.warning(f"rank {rank} printed between cells:\n{text.rstrip()}")
 
     def _handle(self, ev: wire.Event) -> None:
         if isinstance(ev, wire.Problem):  # whichever cell it came from (or none): said now, under this one
