@@ -5,9 +5,9 @@ Imported on the engines only (no IPython.display, no widgets).
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
+import threading
 import time
 from typing import Any
 
@@ -18,6 +18,10 @@ from . import preload
 def start_task(task: wire.Start) -> dict[str, Any]:
     """What the kernel's wire.start does on this engine."""
     return start(task.env, task.device, task.channel, task.torch_distributed, task.torch_store)
+
+
+# How long the bootstrap waits for the preload's Horovod start (engine/preload.py), as long as a pool start may take.
+PRELOAD_WAIT_S = 120.0
 
 
 def start(
@@ -39,6 +43,7 @@ def start(
     """
     began = time.time()
     os.environ.update(env)
+    preload.horovod_started(PRELOAD_WAIT_S)  # one hvd.init() at a time, and none after this one
     from ..prelude import prelude
     from . import backend
     from .cell import progress
@@ -84,7 +89,7 @@ def start(
     from . import channel
 
     channel.connect(channel_info, names["rank"])
-    preload.in_background(functools.partial(_warm_up, torch, dev), "jupyter-hvd warm-up")
+    threading.Thread(target=_warm_up, args=(torch, dev), name="jupyter-hvd warm-up", daemon=True).start()
     row: dict[str, Any] = {
         "rank": names["rank"],
         "size": names["size"],
@@ -125,12 +130,12 @@ def _backends(hvd: Any, dist: Any) -> list[Any]:
 
 
 def _warm_up(torch: Any, device: Any) -> None:
-    """A first forward, backward and optimizer step on this rank's device, in a thread while the user types the first
-    cell: oneDNN, cuBLAS and cuDNN start at their first use (0.1-1 s), which would otherwise be the first training
-    cell's; and a first traceback formatted (runner.warm_up). The first cell waits for it (engine/preload.py).
+    """A first forward, backward and optimizer step on this rank's device, in a thread while the notebook goes on:
+    oneDNN, cuBLAS and cuDNN start at their first use (0.1-1 s), which would otherwise be the first training cell's;
+    and a first traceback formatted (runner.warm_up).
 
-    It draws no random number: the notebook's numbers must not depend on whether it ran (a notebook and its exported
-    script would no longer agree)."""
+    It draws no random number: it may still run when the first cell seeds torch, and a draw here would change that
+    cell's numbers (a notebook and its exported script would no longer agree)."""
     try:
         nn, skip = torch.nn, torch.nn.utils.skip_init
         model = nn.Sequential(

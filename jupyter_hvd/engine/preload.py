@@ -1,40 +1,30 @@
-"""The engine's own background work before its first cell: torch and Horovod imported and started while the engine
-registers (`start`), and the bootstrap's warm-up of the device (`in_background`).
+"""Torch and Horovod imported and started in a background thread while the engine starts and registers.
 
 Importing torch and horovod.torch takes seconds, and so does a process's first torch.optim optimizer; doing both
 while the engine registers (instead of after, in the bootstrap, or in the first training cell) cuts that time from
-`%hvd_start` and from the first cell. Cells wait until all of it is done (`wait`): user code and the libraries'
-first initialisation then never run at the same time in two threads.
+`%hvd_start` and from the first cell. The bootstrap waits for this thread's Horovod start (`horovod_started`)
+before it touches Horovod: a late `hvd.init()` here, after the bootstrap's own and after the pool put Horovod to rest,
+started Horovod again on that rank alone, which then spun in MPI waiting for its peers.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
-_threads: list[threading.Thread] = []
+_started = False
+_horovod = threading.Event()  # set once this thread's Horovod start returned (or failed)
 
 
 def start() -> None:
-    """Begin the preload of torch and Horovod."""
-    in_background(_run, "jupyter-hvd preload")
+    """Begin the preload in a daemon thread."""
+    global _started
+    _started = True
+    threading.Thread(target=_run, name="jupyter-hvd preload", daemon=True).start()
 
 
-def in_background(target: Callable[[], None], name: str) -> None:
-    """Run `target` in a daemon thread that cells wait for."""
-    thread = threading.Thread(target=target, name=name, daemon=True)
-    _threads.append(thread)
-    thread.start()
-
-
-def wait(timeout: float) -> bool:
-    """Wait until the background work ended (at once where it did); whether it did within `timeout` s."""
-    deadline = time.monotonic() + timeout
-    for thread in _threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    _threads[:] = [t for t in _threads if t.is_alive()]
-    return not _threads
+def horovod_started(timeout: float) -> bool:
+    """Wait until the preload's `hvd.init()` returned (at once where no preload runs); whether it did in time."""
+    return _horovod.wait(timeout) if _started else True
 
 
 def _run() -> None:
@@ -48,6 +38,8 @@ def _run() -> None:
         hvd.init()
     except Exception:
         pass  # the bootstrap imports again and reports the error with its context
+    finally:
+        _horovod.set()
     try:
         import torch
 

@@ -20,16 +20,12 @@ from typing import Any
 
 from ... import compat, wire
 from ...wire import CellRecord, ErrorInfo
-from .. import backend, collectives, outbox, preload
+from .. import backend, collectives, outbox
 from ..diagnose import debugger
 
 TAIL_LINES = 20  # kept per rank for error context and the pool status, even when output is not shown
 VALUE_BYTES = 4 * 2**20  # a cell's last value above this (pickled) is shown by its repr; the channel takes 8 MB
 TEXT_CHARS = 100_000  # an error's message or traceback, or a value's repr, is cut here
-
-# The first cell waits for the engine's preload (torch, Horovod, torch.optim's first use) to end: user code and the
-# libraries' first initialisation then never run in two threads at once. A preload stuck longer is let be.
-PRELOAD_WAIT_S = 60.0
 
 
 class CellStream(io.TextIOBase):
@@ -161,7 +157,6 @@ def run_cell(
     record = CellRecord(rank=rank, ok=True)
     collectives.begin_cell()
     try:
-        preload.wait(PRELOAD_WAIT_S)  # in the try: an interrupt meanwhile ends the cell as any other
         record.woke = backend.begin_cell()  # Horovod starts again at the cell's first use of it, unless asked now
         if task is not None:
             value = task()
