@@ -12,16 +12,11 @@ import time
 from typing import Any
 
 from .. import wire
-from . import preload
 
 
 def start_task(task: wire.Start) -> dict[str, Any]:
     """What the kernel's wire.start does on this engine."""
     return start(task.env, task.device, task.channel, task.torch_distributed, task.torch_store)
-
-
-# How long the bootstrap waits for the preload's Horovod start (engine/preload.py), as long as a pool start may take.
-PRELOAD_WAIT_S = 120.0
 
 
 def start(
@@ -43,7 +38,6 @@ def start(
     """
     began = time.time()
     os.environ.update(env)
-    preload.horovod_started(PRELOAD_WAIT_S)  # one hvd.init() at a time, and none after this one
     from ..prelude import prelude
     from . import backend
     from .cell import progress
