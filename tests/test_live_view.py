@@ -609,11 +609,6 @@ def test_a_setup_cells_broadcasts_are_no_training_steps(live: Kernel) -> None:
     assert not status["steps"], status
     (final,) = saved_outputs(run)
     assert "step" not in final["data"]["text/plain"], final["data"]["text/plain"]
-    deadline, pool = time.monotonic() + 10, live.pool()
-    while pool["cell_started"] < run.started - 1 and time.monotonic() < deadline:  # this cell's figures written
-        time.sleep(0.2)
-        pool = live.pool()
-    assert not pool["ranks"][0]["step"], pool["ranks"][0]  # neither this cell's broadcasts nor the last cell's steps
 
 
 def test_a_line_that_never_ends_keeps_only_its_tail() -> None:
