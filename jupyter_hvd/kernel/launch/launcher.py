@@ -582,10 +582,11 @@ class Launcher:
         places = [(m.group(1), int(m.group(2)), m.group(3)) for m in frames if m and found]
         if not places:
             return ""
-        cell = next((errors.frame_location(*p) for p in places if errors.frame_location(*p)), None)
-        filename, line, function = places[0]
-        if errors.frame_location(filename, line, function):
+        cells = [errors.frame_location(*place) for place in places]
+        cell = next((c for c in cells if c), None)
+        if cells[0]:
             return f"in {cell}"
+        filename, line, function = places[0]
         inner = f"in {function} ({'/'.join(Path(filename).parts[-2:])}, line {line})"
         return f"{inner}, called from {cell}" if cell else inner
 
