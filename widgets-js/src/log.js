@@ -166,6 +166,7 @@ export class LogView {
     const doc = el.ownerDocument;
     this.model = model;
     this.shownRanks = shownRanks;
+    /** @type {"all" | number} */
     this.tab = "all"; // "all" or a rank
     this.query = "";
     this.root = doc.createElement("div");

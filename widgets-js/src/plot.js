@@ -236,6 +236,7 @@ export class PlotPanel {
     const font = `11px ${themeColour(this.root, "--jp-ui-font-family", "sans-serif")}`;
     const axis = { stroke: text, font, labelFont: font, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
     const kind = series[0].xKind;
+    /** @type {import("uplot").Axis} */
     const xAxis = {
       ...axis,
       label: X_LABELS[kind] ?? kind,
@@ -254,6 +255,7 @@ export class PlotPanel {
         return out;
       };
     }
+    /** @type {import("uplot").Options} */
     const opts = {
       width: this.width,
       height: this.height,
@@ -299,7 +301,9 @@ export class PlotPanel {
     return plot;
   }
 
-  /** The y range of a log scale: the positive raw values of the shown curves in the x range shown, with a margin. */
+  /** The y range of a log scale: the positive raw values of the shown curves in the x range shown, with a margin.
+   * @param {import("uplot")} u
+   * @returns {[number, number]} */
   logRange(u) {
     const x = u.data[0];
     const lo = u.scales.x.min ?? -Infinity;

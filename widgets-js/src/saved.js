@@ -7,13 +7,19 @@ import { liveView, onLiveViews } from "./live.js";
 import { Store } from "./store.js";
 import { mountView } from "./view.js";
 
+/** @typedef {import("jupyter-hvd-live-view/messages").SavedView} SavedView */
+
 export const MIME = "application/vnd.jupyter-hvd.view+json";
 // How long a running cell's copy waits for its live widget (its model is created as the output comes, or restored
 // from the kernel after a page reload) before it says it is a copy saved while the cell ran.
 export const LIVE_GRACE_MS = 3000;
 
 /** Draw the saved view `data` into `el` (`pending`: a running cell's copy whose widget may still come, which does
- * not say yet that it was saved); returns a function that takes it down. */
+ * not say yet that it was saved); returns a function that takes it down.
+ * @param {HTMLElement} el
+ * @param {SavedView} data
+ * @param {boolean} [pending]
+ * @returns {() => void} */
 export function renderSaved(el, data, pending = false) {
   const view = mountView(el, Store.fromSaved(data), {
     plots: data.plots ?? ["all"],
@@ -28,9 +34,13 @@ export function renderSaved(el, data, pending = false) {
 /** One output of a %%hvd cell in `el`: render(data) with each copy the kernel sends, destroy() when it goes.
  * `graceMs`: how long a running cell's copy waits for its widget before it says it is a copy. */
 export class OutputView {
+  /** @param {HTMLElement} el @param {number} [graceMs] */
   constructor(el, graceMs = LIVE_GRACE_MS) {
+    /** @private */
     this.el = el;
+    /** @private */
     this.graceMs = graceMs;
+    /** @private @type {SavedView | null} */
     this.data = null;
     this.mounted = null; // { live: the live view drawn, or null for the saved data; takeDown() }
     this.waiting = null; // a live store that has no data yet: drawn at its first update
@@ -41,6 +51,7 @@ export class OutputView {
     });
   }
 
+  /** @param {SavedView} data */
   render(data) {
     this.data = data;
     this.refresh(true);
