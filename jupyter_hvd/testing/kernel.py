@@ -155,6 +155,8 @@ class Kernel:
         are kept in the result. Without it the front end takes no input, as nbclient.
         """
         answers = inputs if callable(inputs) else list(inputs) if inputs is not None else None
+        # Before the request leaves: the kernel may start the cell (and date it) before send() returns here.
+        res = CellResult(status="?", started=time.time())
         if cell_id is None and answers is None:
             msg_id = self.kc.execute(code)
         else:
@@ -163,7 +165,6 @@ class Kernel:
             msg = self.kc.session.msg("execute_request", content, metadata={"cellId": cell_id} if cell_id else {})
             self.kc.shell_channel.send(msg)
             msg_id = msg["header"]["msg_id"]
-        res = CellResult(status="?", started=time.time())
         if on_start is not None:
             on_start(res)
         deadline = time.time() + timeout
