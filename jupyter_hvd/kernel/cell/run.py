@@ -231,7 +231,7 @@ class CellRun:
             self.pool.set_state("running", first_line[:120], publish=False, own=task is not None)
             self.pool.file.nonfinite = None
             self.pool.file.straggler = None
-            self.pool.file.start_of_cell()  # the sidebar shows this cell's figures only
+            stale_figures = self.pool.file.start_of_cell()  # the sidebar shows this cell's figures only
             try:
                 self._loop()
             finally:
@@ -244,7 +244,9 @@ class CellRun:
                     self.pool.update_rank_stats(
                         {r: {"last_line": ln} for r, ln in self.figures.last_lines.items()}, publish=False
                     )
-                    self.pool.set_state("idle", publish=self._shown_running)
+                    # A cell too short to show as running is written at its end only where the file still shows
+                    # the cell before's figures: a run of empty cells writes nothing.
+                    self.pool.set_state("idle", publish=self._shown_running or stale_figures)
             if self.asks is not None and self.asks.take_interrupt():  # the sidebar's Interrupt ended it
                 self.interrupted_by = "from the sidebar"
         return self._finish()

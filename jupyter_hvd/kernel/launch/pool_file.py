@@ -81,13 +81,16 @@ class PoolFile:
             for rank, values in stats.items():
                 self.rank_stats.setdefault(rank, {}).update(values)
 
-    def start_of_cell(self) -> None:
-        """A cell starts: the figures of the one before (step, loss, per-step times, last line) are not this one's."""
+    def start_of_cell(self) -> bool:
+        """A cell starts: the figures of the one before (step, loss, per-step times, last line) are not this one's.
+        Returns whether there were any (then the file should be written again, even for a cell too short to show)."""
         with self._lock:
             self.cell_started = time.time()  # no write here: the sidebar dates figures and Where by it
+            cleared = False
             for stats in self.rank_stats.values():
                 for name in CELL_FIGURES:
-                    stats.pop(name, None)
+                    cleared |= stats.pop(name, None) is not None
+            return cleared
 
     def end_of_cell(self) -> None:
         """A stall ends with its cell, as does a breakpoint()'s pdb."""
