@@ -36,7 +36,10 @@ from ..launch.pool_file import Published
 from ..ranks import Rank, format_ranks
 
 ANSWER_S = 1.0  # how long ranks have to answer before py-spy reads them from outside
-PYSPY_S = 5.0  # for every rank py-spy reads, together
+# For every rank py-spy reads, together; a cap, not a wait. A native read loads the symbols of every library the rank
+# mapped (torch's are large): 0.7 s on a quiet machine, 3-5 s (8 s seen) with both cores busy (a rank spinning in
+# native code, the other polling in its allreduce); 5 s left "py-spy could not read its stack" in 1 test round of 2.
+PYSPY_S = 10.0
 _numbers = iter(range(1, 1 << 62))
 _PYSPY_FRAME = re.compile(r"^\s+(\S.*?) \((.*?)(?::(\d+))?\)\s*$")
 
