@@ -609,8 +609,8 @@ def test_a_setup_cells_broadcasts_are_no_training_steps(live: Kernel) -> None:
     assert not status["steps"], status
     (final,) = saved_outputs(run)
     assert "step" not in final["data"]["text/plain"], final["data"]["text/plain"]
-    # The sidebar, once the pool file is written for this cell (within a second: a cell this short is never shown
-    # running, so the watcher's next round writes it), shows neither this cell's broadcasts nor the last cell's steps.
+    # The sidebar, once the pool file is written for this cell (at its end: it cleared the cell before's figures),
+    # shows neither this cell's broadcasts nor the last cell's steps.
     deadline, pool = time.monotonic() + 10, live.pool()
     while pool["cell_started"] < run.started and time.monotonic() < deadline:
         time.sleep(0.1)
