@@ -147,6 +147,15 @@ def test_samples_per_second_adds_up_every_rank() -> None:
     assert declared.eta_seconds() is None  # no total known
 
 
+def test_steps_that_arrive_in_one_flush_show_no_rate() -> None:
+    curves = Curves(ranks=2, batch_size=16)
+    curves.total = 100
+    for t in range(20):  # a short cell: its 20 printed lines reached the kernel within 2 ms
+        curves.add_printed(parse_line(f"step {t} loss=1"), now=5.0 + t / 10_000)
+    assert curves.step == 19
+    assert curves.steps_per_second() is None and curves.samples_per_second() is None and curves.eta_seconds() is None
+
+
 def test_updates_are_coalesced_and_carry_every_point_and_line_once(capsys: pytest.CaptureFixture[str]) -> None:
     from jupyter_hvd.widgets.live_view import UPDATES_PER_S, LiveView
 

@@ -21,6 +21,9 @@ from typing import Any
 from ..metrics import ParsedLine
 
 RATE_WINDOW_S = 10.0  # samples/s and steps/s are measured over this much recent time
+# Steps that arrived closer together than this say how the output was batched on its way, not how fast the ranks
+# step (20 printed steps in one flush made "16,047 steps/s"): no rate is shown until the steps span this long.
+MIN_RATE_SPAN_S = 1.0
 SOURCES = {"print": 0, "progress": 1, "report": 2}  # what wins over what
 SPLITS = ("train", "training", "val", "valid", "validation", "test", "eval")  # a family's members: val_loss is a loss
 
@@ -246,7 +249,7 @@ class Curves:
 
     def samples_per_second(self) -> float | None:
         """Samples/s of all ranks together: from `report(samples=...)`, else steps/s x declared batch x ranks."""
-        rates = [_rate(w) for w in self._samples.values() if len(w) >= 2]
+        rates = [_rate(w) for w in self._samples.values() if len(w) >= 2 and _span(w) >= MIN_RATE_SPAN_S]
         if rates:
             return sum(rates)
         steps = self.steps_per_second()
@@ -255,11 +258,11 @@ class Curves:
         return None
 
     def steps_per_second(self) -> float | None:
-        """The status rank's recent steps per second, or None before two steps were seen."""
-        if len(self._steps) < 2:
+        """The status rank's recent steps per second, or None before steps were seen over MIN_RATE_SPAN_S."""
+        if len(self._steps) < 2 or _span(self._steps) < MIN_RATE_SPAN_S:
             return None
         (t0, s0), (t1, s1) = self._steps[0], self._steps[-1]
-        return (s1 - s0) / (t1 - t0) if t1 > t0 else None
+        return (s1 - s0) / (t1 - t0)
 
     def eta_seconds(self) -> float | None:
         """Time left until `total` steps, where the total and a step rate are known."""
@@ -272,6 +275,10 @@ class Curves:
 def _trim(window: deque[tuple[float, Any]], now: float) -> None:
     while len(window) > 2 and window[0][0] < now - RATE_WINDOW_S:
         window.popleft()
+
+
+def _span(window: deque[tuple[float, Any]]) -> float:
+    return window[-1][0] - window[0][0]
 
 
 def _rate(window: deque[tuple[float, int]]) -> float:
