@@ -36,18 +36,23 @@ def load_ipython_extension(ipython: Any) -> None:
 
     from .compat import check_ipykernel
     from .kernel.launch.options import defaults
+    from .kernel.launch.template import template
     from .kernel.magics import HvdMagics
     from .kernel.owner import owner
 
     if check_ipykernel():
         print(f"jupyter-hvd: {check_ipykernel()}")
-    defaults(ipython)  # c.HvdPool from the config files, and `%config HvdPool.<option> = ...` from now on
+    if defaults(ipython).warm_start:  # c.HvdPool from the config files, and `%config HvdPool.<option> = ...` later
+        template.start()  # its imports run while the user writes the next cell: %hvd_start then skips them
     ipython.register_magics(HvdMagics)
     atexit.register(owner.stop_at_exit)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    """`%unload_ext jupyter_hvd`: stop the pool (the magics stay registered, as IPython keeps them)."""
+    """`%unload_ext jupyter_hvd`: stop the pool and the warm template (the magics stay registered, as IPython keeps
+    them)."""
+    from .kernel.launch.template import template
     from .kernel.owner import owner
 
     owner.stop_at_exit()
+    template.stop()

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from jupyter_hvd.engine.bootstrap import _warm_up
+from jupyter_hvd.engine.bootstrap import warm_up
 
 
 def test_the_warm_up_leaves_torchs_random_numbers_alone() -> None:
     torch.manual_seed(0)
     expected = torch.rand(4)
     torch.manual_seed(0)
-    _warm_up(torch, torch.device("cpu"))
+    warm_up(torch, torch.device("cpu"))
     assert torch.equal(torch.rand(4), expected)

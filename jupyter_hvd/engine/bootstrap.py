@@ -83,7 +83,7 @@ def start(
     from . import channel
 
     channel.connect(channel_info, names["rank"])
-    threading.Thread(target=_warm_up, args=(torch, dev), name="jupyter-hvd warm-up", daemon=True).start()
+    threading.Thread(target=warm_up, args=(torch, dev), name="jupyter-hvd warm-up", daemon=True).start()
     row: dict[str, Any] = {
         "rank": names["rank"],
         "size": names["size"],
@@ -123,7 +123,7 @@ def _backends(hvd: Any, dist: Any) -> list[Any]:
     return chosen
 
 
-def _warm_up(torch: Any, device: Any) -> None:
+def warm_up(torch: Any, device: Any) -> None:
     """A first forward, backward and optimizer step on this rank's device, in a thread while the notebook goes on:
     oneDNN, cuBLAS and cuDNN start at their first use (0.1-1 s), which would otherwise be the first training cell's;
     and a first traceback formatted (runner.warm_up).

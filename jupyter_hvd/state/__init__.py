@@ -38,6 +38,7 @@ from .private import (
     write_private,
 )
 from .processes import (
+    POOL_ENV,
     SLURM_JOB,
     boot_id,
     clean_up,
@@ -63,6 +64,7 @@ __all__ = [
     "LEGACY_DIR_ENV",
     "MAX_FILE_BYTES",
     "MAX_RANKS",
+    "POOL_ENV",
     "POOL_FILE",
     "POOL_ID",
     "SLURM_JOB",

@@ -21,6 +21,7 @@ import psutil
 from .private import POOL_FILE, remove
 
 SLURM_JOB = re.compile(r"^\d+(_\d+)?$")
+POOL_ENV = "JUPYTER_HVD_POOL"  # every process launched for a pool carries its id, so a leftover is found again
 
 
 def boot_id() -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from .. import state
 from .kernel import Kernel
 
 HEALTHY = "%%hvd\nprint('sum', hvd.allreduce(torch.tensor([rank + 1.0]), name='healthy', op=hvd.Sum).item())"
@@ -131,15 +132,19 @@ def rank_pid(k: Kernel, rank: int) -> int:
     raise LookupError(f"no pool file names rank {rank}")
 
 
+ENGINE = ["-m", "jupyter_hvd.engine.main"]
+FORKED_ENGINE = ["-m", "jupyter_hvd.processes.template"]  # forked from the warm template: its command line
+
+
 def engines_of(prefix: str) -> list[psutil.Process]:
     """Live engine processes of pools whose id starts with `prefix`."""
     found = []
     for p in psutil.process_iter():
         try:
             cmd = p.cmdline()  # mpiexec's command line names the module too: engines run it with -m
-            if p.status() == psutil.STATUS_ZOMBIE or cmd[1:3] != ["-m", "jupyter_hvd.engine.main"]:
+            if p.status() == psutil.STATUS_ZOMBIE or cmd[1:3] not in (ENGINE, FORKED_ENGINE):
                 continue
-            if p.environ().get("JUPYTER_HVD_POOL", "").startswith(prefix):
+            if p.environ().get(state.POOL_ENV, "").startswith(prefix):
                 found.append(p)
         except psutil.Error:
             continue

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psutil
 
+from ... import state
+
 # Variables every remote engine needs besides the pool's own environment; mpiexec forwards only what `-x` names.
 FORWARDED = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV")
 # ipyparallel puts these in mpiexec's environment: the controller's address and key travel in IPP_CONNECTION_INFO,
@@ -241,7 +243,7 @@ def launch_processes(pool_id: str) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter():
         try:
-            if p.uids().real == os.getuid() and p.environ().get("JUPYTER_HVD_POOL") == pool_id:
+            if p.uids().real == os.getuid() and p.environ().get(state.POOL_ENV) == pool_id:
                 found.append(p)
         except psutil.Error:
             continue

@@ -31,10 +31,10 @@ from ..errors import PoolError
 from ..ranks import Rank, format_ranks
 from . import placement
 from .options import HvdPool, setting
+from .template import template
 
 log = logging.getLogger("jupyter_hvd")
 
-POOL_ENV = "JUPYTER_HVD_POOL"  # every process launched for a pool carries its id, so a leftover is found again
 PMIX_LISTENER_FAILED = "The PMIx server's listener thread failed to start"  # mpiexec's words (see start_engines)
 
 # ipyparallel's launchers would print engine logs into whichever cell is running when mpiexec exits (a stop
@@ -147,7 +147,7 @@ class Launcher:
     def launch_env(self) -> dict[str, str]:
         """The environment of mpiexec and the engines, before Horovod's settings."""
         bindir = str(Path(sys.executable).parent)
-        env = {"PATH": bindir + os.pathsep + os.environ.get("PATH", ""), POOL_ENV: self.pool_id}
+        env = {"PATH": bindir + os.pathsep + os.environ.get("PATH", ""), state.POOL_ENV: self.pool_id}
         if os.geteuid() == 0:  # Open MPI refuses to run as root without both of these
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         env.update(self.placement.environment())
@@ -226,7 +226,12 @@ class Launcher:
             connection_file=self.cluster.controller.connection_files["engine"],
             directory=state.pool_directory(self.pool_id),
         )
-        launch["engine_cmd"] = [sys.executable, "-m", "jupyter_hvd.engine.main"]
+        # Forked from the warm template where it can serve this pool (kernel/launch/template.py), else started cold.
+        if opts.warm_start and self.placement.every_rank_here:
+            template.start()  # if the extension's load did not (a restart of a template that died, or config)
+        launch["engine_cmd"] = template.engine_command(
+            launch["environment"], self.placement.every_rank_here, self.options.warm_start
+        )
         retried = False
         while True:
             self._engine_set = self.cluster.start_engines_sync(n=opts.np, **launch)
@@ -445,7 +450,7 @@ class Launcher:
             try:
                 if p.uids().real == os.getuid() and p.pid != os.getpid():
                     env = p.environ()
-                    if self.pool_id in (env.get(POOL_ENV), env.get("IPP_CLUSTER_ID")):
+                    if self.pool_id in (env.get(state.POOL_ENV), env.get("IPP_CLUSTER_ID")):
                         found.append(p)
             except psutil.Error:
                 continue
@@ -552,6 +557,8 @@ class Launcher:
         if m:
             pid = int(m.group(2))
             rank = by_pid.get(pid, int(m.group(1)))
+            # An engine forked from the warm template has a pid of its own; mpiexec names its stub's.
+            pid = next((r.pid for r in ranks if r.rank == rank), pid)
             name = m.group(5) or ""
             said = f"rank {rank} (pid {pid}, {m.group(3)}) died on signal {m.group(4)}{f' ({name})' if name else ''}"
             place = self.crash_place(pid)

@@ -107,6 +107,11 @@ class HvdPool(Configurable):
         help="before each blocking torch.distributed collective on Gloo, the ranks agree on the call, so tensors of "
         "different sizes are an error naming them instead of a crash in Gloo (one small collective more per call)",
     ).tag(config=True, flag=False)
+    warm_start = Bool(
+        True,
+        help="fork the engines of a pool on this host from a process that has torch, Horovod and ipyparallel "
+        "imported (started when the extension loads): a start without their imports; False starts each cold",
+    ).tag(config=True, flag=False)
     live_view = Enum(
         VIEW_MODES,
         "auto",

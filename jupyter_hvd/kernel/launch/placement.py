@@ -40,6 +40,7 @@ class Placement(ABC):
     engine_launcher = "mpi"  # ipyparallel's engine-set launcher, by its entry-point name: mpiexec run here
     controller_args: tuple[str, ...]  # the controller's heartbeat: how soon it drops an engine that went silent
     send_connection_env: bool  # ipyparallel puts the controller's address and key in the engines' environment
+    every_rank_here = False  # every rank runs on this host: its engines can be forked from the kernel's warm template
 
     def __init__(self, options: HvdPool) -> None:
         self.options = options
@@ -119,6 +120,7 @@ class OneHost(Placement):
     # Local engines read the controller's connection file themselves (engine/main.py), so mpiexec starts them while
     # the controller is still starting (about 1 s here), instead of after.
     send_connection_env = False
+    every_rank_here = True
 
     def controller_ip(self) -> str:
         return hosts.controller_ip([], self.options.ip)

@@ -203,7 +203,7 @@ def launcher_kwargs(options: Any, env: dict[str, str], mpi_cmd: list[str]) -> di
     """Arguments for ipyparallel's SlurmEngineSetLauncher: our batch script and the engines' environment."""
     forward = [a for key in forwarded_keys(env) for a in ("-x", key)]
     # An absolute name: ipyparallel would otherwise write the script into the notebook's working directory.
-    script = state.state_dir() / f"slurm-engines-{env.get('JUPYTER_HVD_POOL') or os.getpid()}.sbatch"
+    script = state.state_dir() / f"slurm-engines-{env.get(state.POOL_ENV) or os.getpid()}.sbatch"
     return {
         "batch_template": batch_template(options, [*mpi_cmd, *forward]),
         "batch_file_name": str(script),

@@ -1,0 +1,130 @@
+"""The kernel's warm template of engines (processes/template.py): started once, when the extension loads, and used by
+every pool on this host whose engines could not tell a forked engine from a freshly started one.
+
+Runs in the user's kernel. A pool's launch asks `engine_launch` for the command mpiexec runs per rank: the stub
+(processes/engine_stub.py, which has the template fork the engine) when the template can serve the pool, else the
+engine itself. A stub that finds no template starts the engine the cold way, so a template that died or never
+started costs time, never a pool.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from ... import state
+from ..channel import IPC_PATH_MAX
+
+log = logging.getLogger("jupyter_hvd")
+
+TEMPLATE_ENV = "JUPYTER_HVD_TEMPLATE"  # the stub's: where the template listens (processes/engine_stub.py)
+ENGINE_CMD = [sys.executable, "-m", "jupyter_hvd.engine.main"]
+STUB = Path(__file__).resolve().parents[2] / "processes" / "engine_stub.py"
+# What Python or the loader read before the template's imports: an engine given other values must start cold.
+# (OMP_NUM_THREADS is not among them: a forked engine sets its threads from it, processes/template.py.)
+IMPORT_TIME = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "LD_PRELOAD", "LD_LIBRARY_PATH")
+IMPORT_TIME_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_")
+
+
+class Template:
+    """The template process of this kernel, and the socket its stubs reach it on."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+        self.directory: Path | None = None
+        self.env: dict[str, str] = {}
+
+    @property
+    def socket(self) -> str:
+        return str(self.directory / "engines") if self.directory is not None else ""
+
+    def start(self) -> None:
+        """Start the template in the background (its imports take seconds on a core of their own); a second call
+        while it lives does nothing. A failure is logged: pools then start their engines cold."""
+        if self.alive():
+            return
+        try:
+            directory = state.state_dir() / f"template-{os.getpid()}"
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(mode=0o700)
+            state.check_private(directory)
+        except (OSError, state.UnsafeStateDir) as exc:
+            log.debug("no warm template: %s", exc)
+            return
+        if len(str(directory / "engines")) > IPC_PATH_MAX:
+            shutil.rmtree(directory, ignore_errors=True)
+            return
+        self.directory, self.env = directory, dict(os.environ)
+        env = dict(os.environ)
+        env.pop("PYTEST_CURRENT_TEST", None)
+        env[state.POOL_ENV] = "_" * 64  # room for a forked engine's pool id (processes/template.py's show_pool)
+        # Listening before the template runs: a pool started at once has its stubs wait in the backlog, not miss it.
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.socket)
+            listener.listen(64)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "jupyter_hvd.processes.template", str(listener.fileno()), str(directory)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                pass_fds=(listener.fileno(),),
+                start_new_session=True,  # a Ctrl-C in the kernel must not reach it (or the engines it forks)
+            )
+        except OSError as exc:
+            log.debug("no warm template: %s", exc)
+            self.stop()
+            return
+        finally:
+            listener.close()
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def ready(self) -> bool:
+        """Whether it lives and its imports are done (a pool started now waits for no import)."""
+        return self.alive() and self.directory is not None and (self.directory / "ready").exists()
+
+    def serves(self, env: dict[str, str]) -> bool:
+        """Whether engines with `env` (what the launch adds to this kernel's environment) can come from the
+        template: it lives, and nothing read at import time differs from what it imported with."""
+        if not self.alive():
+            return False
+        engines = {**os.environ, **env}
+        for key in engines.keys() | self.env.keys():
+            read_at_import = key in IMPORT_TIME or (key.startswith(IMPORT_TIME_PREFIXES) and key != "OMP_NUM_THREADS")
+            if read_at_import and engines.get(key) != self.env.get(key):
+                return False
+        return True
+
+    def engine_command(self, env: dict[str, str], local: bool, wanted: bool) -> list[str]:
+        """The command mpiexec runs per rank; adds the template's socket to `env` where the stub is used. `local`:
+        every rank runs on this host; `wanted`: the pool's c.HvdPool.warm_start."""
+        if not (local and wanted and self.serves(env)):
+            return list(ENGINE_CMD)
+        env[TEMPLATE_ENV] = self.socket
+        return [sys.executable, "-S", str(STUB)]
+
+    def stop(self) -> None:
+        """End the template (its pipe closes; engines it forked live on with their pools)."""
+        process, self.process = self.process, None
+        if process is not None:
+            try:
+                process.stdin.close()  # type: ignore[union-attr]
+                process.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                process.kill()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+
+template = Template()  # one per kernel
+atexit.register(template.stop)

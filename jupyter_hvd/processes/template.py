@@ -1,0 +1,224 @@
+"""A warm template of engines: one process per kernel that has imported torch, Horovod and ipyparallel's engine and
+made a first optimizer, and forks a ready engine for each rank mpiexec launches (processes/engine_stub.py).
+
+A rank's start was mostly imports: about 2.5 CPU-seconds a rank, two ranks on two cores, before it could register
+(bench/start_phases.py). Forked from here, a rank starts with all of it done and shares the pages of it with its
+peers. Nothing here starts a thread, opens a zmq context or initialises MPI or CUDA before a fork: a forked child
+gets only the calling thread, and MPI's and CUDA's state cannot be shared. The child then takes the stub's stdio and
+environment, and becomes ipyparallel's engine as `python -m jupyter_hvd.engine.main` would.
+
+Started by the kernel (kernel/launch/template.py) with a pipe on stdin: its end (the kernel exited) ends the
+template. Engines already forked live on: each is tied to its stub, and so to mpiexec and the pool's reaper.
+Usage: `python -m jupyter_hvd.processes.template FD DIRECTORY` (FD: the listening socket, inherited; DIRECTORY: where
+it says it is ready).
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import threading
+from dataclasses import dataclass
+
+from jupyter_hvd.state import POOL_ENV
+
+STATUS = struct.Struct("!i")  # as processes/engine_stub.py reads them: the engine's pid, then its wait status
+PLACEHOLDER = "_"  # the template's JUPYTER_HVD_POOL is made of these, room for a forked engine's pool id
+READY = "ready"  # written beside the socket once the imports are done
+WARM_ENV = "JUPYTER_HVD_WARM_ENGINE"  # set in a forked engine: where it came from (for %hvd_status and tests)
+
+
+@dataclass
+class Request:
+    """What a stub sent: where and how the engine must run, and the stub's stdio to give it."""
+
+    stub_pid: int
+    cwd: str
+    args: list[str]
+    env: dict[str, str]
+    fds: list[int]
+    threads: int = 0  # torch's default number of threads, which the template set to 1
+
+
+def warm_up() -> int:
+    """What every rank would otherwise do while it starts (engine/main.py's preload and the bootstrap's CPU warm-up),
+    less what must run per rank; returns torch's default number of threads."""
+    import horovod.torch  # noqa: F401  (torch too; MPI is initialised in the engine, by hvd.init())
+    import ipyparallel.engine.app  # noqa: F401
+    import torch
+
+    import jupyter_hvd.engine.main  # noqa: F401
+    from jupyter_hvd.engine import bootstrap
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: OpenMP's pool must not exist when a rank is forked
+    # A first forward, backward and optimizer step: the first optimizer imports torch._dynamo (1-4 s), oneDNN and the
+    # first traceback's formatting start at first use; a forked rank finds them done.
+    bootstrap.warm_up(torch, torch.device("cpu"))
+    return threads
+
+
+def read_request(conn: socket.socket) -> Request | None:
+    """One request (engine_stub.request's format) with the stub's three descriptors; None if it is not one."""
+    fds = array.array("i")
+    head, ancillary, _flags, _addr = conn.recvmsg(4, socket.CMSG_SPACE(3 * fds.itemsize))
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    if len(head) != 4 or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        return None
+    (size,) = struct.unpack("!I", head)
+    body = b""
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    cwd, args, env = body.decode("utf-8", "surrogateescape").split("\x1e")
+    pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    if uid != os.getuid():  # the socket's directory is private; a stranger's request is refused all the same
+        for fd in fds:
+            os.close(fd)
+        return None
+    variables = dict(item.split("=", 1) for item in env.split("\0") if "=" in item)
+    return Request(pid, cwd, [a for a in args.split("\0") if a], variables, list(fds))
+
+
+def serve(fd: int, directory: str) -> Request:
+    """Answer stubs on the listening socket `fd` until the kernel's pipe ends (then exit); returns only in a forked
+    child, with its request."""
+    # The kernel bound and listens on it before starting this process: stubs that come while the imports run wait
+    # in its backlog.
+    listener = socket.socket(fileno=fd)
+    threads = warm_up()
+    open(os.path.join(directory, READY), "w").close()  # the kernel's template.ready()
+    children: dict[int, tuple[socket.socket, int]] = {}  # pidfd -> (the stub's connection, the engine's pid)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "listener")
+    selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "kernel")
+    while True:
+        for key, _ in selector.select():
+            if key.data == "kernel":
+                if not os.read(sys.stdin.fileno(), 4096):
+                    os._exit(0)  # the kernel is gone; its engines are tied to their stubs, not to this process
+            elif key.data == "listener":
+                conn, _ = listener.accept()
+                try:
+                    request = read_request(conn)
+                except OSError:
+                    request = None
+                if request is None:
+                    conn.close()
+                    continue
+                pid = os.fork()
+                if pid == 0:
+                    selector.close()
+                    listener.close()
+                    for stub, _engine in children.values():
+                        stub.close()
+                    for fd in children:
+                        os.close(fd)
+                    conn.close()
+                    request.threads = threads
+                    return request
+                for fd in request.fds:
+                    os.close(fd)
+                pidfd = os.pidfd_open(pid)
+                children[pidfd] = (conn, pid)
+                selector.register(pidfd, selectors.EVENT_READ, "child")
+                try:
+                    conn.sendall(STATUS.pack(pid))
+                except OSError:
+                    pass  # the stub is gone: the engine sees that and ends
+            else:
+                pidfd = key.fd
+                conn, pid = children.pop(pidfd)
+                selector.unregister(pidfd)
+                os.close(pidfd)
+                _, status = os.waitpid(pid, 0)
+                try:
+                    conn.sendall(STATUS.pack(status))
+                except OSError:
+                    pass
+                conn.close()
+
+
+def watch_stub(pid: int) -> None:
+    """End this engine when its stub ends: mpiexec's SIGKILL of a rank reaches the stub only."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return
+
+    def wait() -> None:
+        import select
+
+        select.select([fd], [], [])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=wait, name="jupyter-hvd stub watch", daemon=True).start()
+
+
+def show_pool(pool_id: str) -> None:
+    """Write the pool's id into the placeholder the kernel gave the template (kernel/launch/template.py).
+
+    The kernel, its reaper and the tests find a pool's processes by JUPYTER_HVD_POOL in /proc/PID/environ, which
+    shows the environment a process was started with, not os.environ: a forked engine would show the template's.
+    The placeholder's bytes are that environment's, so the id written there is what /proc shows."""
+    import ctypes
+
+    prefix = f"{POOL_ENV}=".encode()
+    environ = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    i = 0
+    while environ[i] is not None:
+        entry = environ[i]
+        if entry.startswith(prefix) and set(entry[len(prefix) :]) == {ord(PLACEHOLDER)}:
+            room = len(entry) - len(prefix)
+            value = pool_id.encode()[:room].ljust(room, b"\0")
+            address = ctypes.cast(environ, ctypes.POINTER(ctypes.c_void_p))[i]
+            ctypes.memmove(address + len(prefix), value, room)
+            return
+        i += 1
+
+
+def become_engine(request: Request) -> None:
+    """In the forked child: take the stub's place, then run the engine as engine/main.py's main would."""
+    show_pool(request.env.get(POOL_ENV, ""))
+    for target, fd in enumerate(request.fds):  # sys.stdin, stdout and stderr are these descriptors from now on
+        os.dup2(fd, target)
+        os.close(fd)
+    os.setpgid(0, 0)  # out of the template's group: a signal for the template is not one for its engines
+    os.environ.clear()
+    os.environ.update(request.env)  # MPI's init reads mpiexec's PMIx variables from here, at hvd.init()
+    os.environ[WARM_ENV] = "1"
+    os.chdir(request.cwd)
+    import jupyter_hvd.engine.main as engine
+
+    sys.argv = [engine.__file__, *request.args]  # as `python -m jupyter_hvd.engine.main ARGS` has it
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    import numpy
+    import torch
+
+    numpy.random.seed()  # each rank its own stream, as a freshly started process has
+    # torch read OMP_NUM_THREADS at the template's import: what a rank started cold would have.
+    torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else request.threads)
+    watch_stub(request.stub_pid)
+
+    engine.main()
+
+
+def main() -> None:
+    request = serve(int(sys.argv[1]), sys.argv[2])
+    become_engine(request)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Engines forked from the kernel's warm template (processes/template.py) behave as engines started cold: Horovod,
+threads and random streams per rank, a rank's death seen and healed by a restart, mpiexec's kill reaching them, and
+a pool that starts cold where there is no template.
+
+A real kernel, real mpiexec, real forked engines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import psutil
+import pytest
+from conftest import Kernel
+
+from jupyter_hvd.kernel.launch.template import STUB
+from jupyter_hvd.testing.faults import engines_of
+
+PROBE = (
+    "%%hvd --ranks all\n"
+    "import json, os, numpy\n"
+    "print('probe', json.dumps({'rank': rank, 'warm': os.environ.get('JUPYTER_HVD_WARM_ENGINE'), 'pid': os.getpid(),\n"
+    "      'ppid': os.getppid(), 'threads': torch.get_num_threads(), 'draw': float(numpy.random.rand()),\n"
+    "      'sum': hvd.allreduce(torch.tensor([rank + 1.0]), op=hvd.Sum, name='probe').item()}))"
+)
+
+
+def probe(k: Kernel) -> dict[int, dict]:
+    r = k.run(PROBE, timeout=60)
+    assert r.status == "ok", r.error_text + r.stderr
+    rows = [json.loads(line.split("probe ", 1)[1]) for line in r.stdout.splitlines() if "probe {" in line]
+    return {row["rank"]: row for row in rows}
+
+
+def template_pid(k: Kernel) -> int:
+    r = k.run("from jupyter_hvd.kernel.launch.template import template\nprint('tpl', template.process.pid)")
+    return int(r.stdout.split("tpl ")[1].split()[0])
+
+
+def wait_ready(k: Kernel, timeout: float = 60) -> None:
+    code = (
+        "import time\nfrom jupyter_hvd.kernel.launch.template import template\n"
+        f"t0 = time.monotonic()\nwhile not template.ready() and time.monotonic() - t0 < {timeout}:\n"
+        "    time.sleep(0.05)\nprint('ready', template.ready())"
+    )
+    assert "ready True" in k.run(code, timeout=timeout + 10).stdout
+
+
+@pytest.fixture(scope="module")
+def k():
+    kernel = Kernel()
+    r = kernel.run("%load_ext jupyter_hvd", timeout=60)
+    assert r.status == "ok", r.error_text
+    wait_ready(kernel)
+    r = kernel.run("%hvd_start -np 2 --timeout 60", timeout=120)
+    assert r.status == "ok", r.error_text + r.stderr
+    try:
+        yield kernel
+    finally:
+        kernel.run("%hvd_stop", timeout=60)
+        kernel.shutdown()
+
+
+def test_ranks_forked_from_the_template_are_engines_like_any_other(k: Kernel) -> None:
+    rows = probe(k)
+    tpl = template_pid(k)
+    cores = len(os.sched_getaffinity(0))
+    assert sorted(rows) == [0, 1]
+    for row in rows.values():
+        assert row["warm"] == "1" and row["ppid"] == tpl, row  # forked, not started by mpiexec
+        assert row["sum"] == 3.0
+        assert row["threads"] == max(1, cores // 2)  # the pool's own setting, not the template's single thread
+    assert rows[0]["draw"] != rows[1]["draw"]  # numpy's stream is each rank's own, as in processes started apart
+    # The kernel, its reaper and the fault campaign find a pool's engines by the pool's id in /proc/PID/environ.
+    assert {p.pid for p in engines_of(k.pool()["id"])} == {rows[0]["pid"], rows[1]["pid"]}
+
+
+def test_a_killed_rank_is_seen_and_the_pool_restarts_warm(k: Kernel) -> None:
+    before = probe(k)
+
+    def kill(_res: object) -> None:
+        time.sleep(1.0)
+        os.kill(before[1]["pid"], signal.SIGKILL)
+
+    t0 = time.monotonic()
+    r = k.run("%%hvd\nimport time\nfor i in range(200):\n    time.sleep(0.05)\n", timeout=120, on_start=kill)
+    assert r.status == "error"
+    # The engine's own pid (where it wrote its stack if it crashed), not the stub's that mpiexec saw die.
+    assert f"Rank 1 (pid {before[1]['pid']}, " in r.error_text and "died on signal 9" in r.error_text, r.error_text
+    assert "restarted" in r.error_text
+    assert time.monotonic() - t0 < 30
+    after = probe(k)
+    assert {row["pid"] for row in after.values()}.isdisjoint(row["pid"] for row in before.values())
+    assert all(row["warm"] == "1" for row in after.values())
+
+
+def test_mpiexec_ending_a_rank_ends_its_forked_engine(k: Kernel) -> None:
+    rows = probe(k)
+    engine = psutil.Process(rows[0]["pid"])
+    stubs = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if (p.info["cmdline"] or [])[1:3] == ["-S", str(STUB)] and p.environ().get("JUPYTER_HVD_POOL") == k.pool()["id"]
+    ]
+    assert len(stubs) == 2, stubs
+    stub = next(s for s in stubs if s.environ().get("OMPI_COMM_WORLD_RANK") == "0")
+    stub.kill()  # what mpiexec does to a rank that will not end: SIGKILL, which the stub cannot pass on
+    engine.wait(timeout=5)
+    r = k.run("%%hvd\nprint('after', rank)", timeout=120)
+    assert "restart" in (r.error_text + r.stdout + r.stderr), r.error_text + r.stdout
+    assert sorted(probe(k)) == [0, 1]
+
+
+def test_without_a_template_the_pool_starts_cold(k: Kernel) -> None:
+    r = k.run("%hvd_stop\n%config HvdPool.warm_start = False\n%hvd_start -np 2 --timeout 60", timeout=120)
+    assert r.status == "ok", r.error_text + r.stderr
+    rows = probe(k)
+    assert all(row["warm"] is None for row in rows.values()), rows
+    r = k.run("%hvd_stop\n%config HvdPool.warm_start = True\n%hvd_start -np 2 --timeout 60", timeout=120)
+    assert r.status == "ok", r.error_text + r.stderr
+    assert all(row["warm"] == "1" for row in probe(k).values())
+    dead = psutil.Process(template_pid(k))
+    dead.kill()  # a template that died: the next start forks from a new one
+    deadline = time.monotonic() + 5
+    while dead.is_running() and dead.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.02)  # (a zombie until the kernel reaps it)
+    r = k.run("%hvd_restart", timeout=120)
+    assert r.status == "ok", r.error_text + r.stderr
+    rows = probe(k)
+    assert all(row["warm"] == "1" for row in rows.values()), rows
+    assert rows[0]["ppid"] == template_pid(k)
+
+
+def test_the_kernels_death_ends_the_template_and_its_engines() -> None:
+    kernel = Kernel()
+    r = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2 --timeout 60", timeout=120)
+    assert r.status == "ok", r.error_text + r.stderr
+    rows = probe(kernel)
+    tpl = template_pid(kernel)
+    procs = [psutil.Process(pid) for pid in (tpl, rows[0]["pid"], rows[1]["pid"])]
+    os.kill(kernel.pid, signal.SIGKILL)
+    _, alive = psutil.wait_procs(procs, timeout=15)
+    assert not alive, [p.pid for p in alive]
+    kernel.kc.stop_channels()
