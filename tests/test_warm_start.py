@@ -145,3 +145,19 @@ def test_the_kernels_death_ends_the_template_and_its_engines() -> None:
     _, alive = psutil.wait_procs(procs, timeout=15)
     assert not alive, [p.pid for p in alive]
     kernel.kc.stop_channels()
+
+
+def test_a_start_right_after_load_ext_runs_cold_and_the_template_waits_for_it() -> None:
+    kernel = Kernel()
+    try:
+        # As a notebook run top to bottom: the template has not begun its imports, which would slow the ranks'.
+        r = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2 --timeout 60", timeout=120)
+        assert r.status == "ok", r.error_text + r.stderr
+        assert all(row["warm"] is None for row in probe(kernel).values())
+        wait_ready(kernel)  # it imports once the start is done
+        r = kernel.run("%hvd_restart", timeout=120)
+        assert r.status == "ok", r.error_text + r.stderr
+        assert all(row["warm"] == "1" for row in probe(kernel).values())
+    finally:
+        kernel.run("%hvd_stop", timeout=60)
+        kernel.shutdown()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import array
 import os
+import select
 import selectors
 import signal
 import socket
@@ -29,6 +30,8 @@ from jupyter_hvd.state import POOL_ENV
 
 STATUS = struct.Struct("!i")  # as processes/engine_stub.py reads them: the engine's pid, then its wait status
 PLACEHOLDER = "_"  # the template's JUPYTER_HVD_POOL is made of these, room for a forked engine's pool id
+HOLD_S = 1.0  # how long it waits for the kernel's HOLD before its imports (kernel/launch/template.py)
+GO = b"g"  # the kernel's word that the start it held for is done
 READY = "ready"  # written beside the socket once the imports are done
 WARM_ENV = "JUPYTER_HVD_WARM_ENGINE"  # set in a forked engine: where it came from (for %hvd_status and tests)
 
@@ -45,22 +48,29 @@ class Request:
     threads: int = 0  # torch's default number of threads, which the template set to 1
 
 
-def warm_up() -> int:
-    """What every rank would otherwise do while it starts (engine/main.py's preload and the bootstrap's CPU warm-up),
-    less what must run per rank; returns torch's default number of threads."""
+def import_engine() -> int:
+    """The imports every rank would otherwise do while it starts (engine/main.py's preload); returns torch's default
+    number of threads."""
     import horovod.torch  # noqa: F401  (torch too; MPI is initialised in the engine, by hvd.init())
     import ipyparallel.engine.app  # noqa: F401
     import torch
 
     import jupyter_hvd.engine.main  # noqa: F401
-    from jupyter_hvd.engine import bootstrap
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: OpenMP's pool must not exist when a rank is forked
-    # A first forward, backward and optimizer step: the first optimizer imports torch._dynamo (1-4 s), oneDNN and the
-    # first traceback's formatting start at first use; a forked rank finds them done.
-    bootstrap.warm_up(torch, torch.device("cpu"))
     return threads
+
+
+def warm_up() -> None:
+    """A first forward, backward and optimizer step (the bootstrap's CPU warm-up): the first optimizer imports
+    torch._dynamo (1-4 s), oneDNN and the first traceback's formatting start at first use. Done while no rank
+    waits: an engine forked before it does its own, in its preload thread, as one started cold."""
+    import torch
+
+    from jupyter_hvd.engine import bootstrap
+
+    bootstrap.warm_up(torch, torch.device("cpu"))
 
 
 def read_request(conn: socket.socket) -> Request | None:
@@ -91,21 +101,40 @@ def read_request(conn: socket.socket) -> Request | None:
     return Request(pid, cwd, [a for a in args.split("\0") if a], variables, list(fds))
 
 
+def hold() -> None:
+    """Wait HOLD_S before the imports, and longer if the kernel says so: a pool started right after `%load_ext`
+    has its ranks import for themselves (two cores beat one), and this process would only slow them down."""
+    ready, _, _ = select.select([sys.stdin], [], [], HOLD_S)
+    if not ready:
+        return
+    said = os.read(sys.stdin.fileno(), 64)
+    while said and not said.endswith(GO):
+        said = os.read(sys.stdin.fileno(), 64)
+    if not said:
+        os._exit(0)  # the kernel is gone
+
+
 def serve(fd: int, directory: str) -> Request:
     """Answer stubs on the listening socket `fd` until the kernel's pipe ends (then exit); returns only in a forked
     child, with its request."""
     # The kernel bound and listens on it before starting this process: stubs that come while the imports run wait
     # in its backlog.
     listener = socket.socket(fileno=fd)
-    threads = warm_up()
-    open(os.path.join(directory, READY), "w").close()  # the kernel's template.ready()
+    hold()
+    threads = import_engine()
+    warm = False
     children: dict[int, tuple[socket.socket, int]] = {}  # pidfd -> (the stub's connection, the engine's pid)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "listener")
     selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "kernel")
     while True:
-        for key, _ in selector.select():
-            if key.data == "kernel":
+        events = selector.select(None if warm else 0.2)
+        if not events and not warm:  # no rank waits: warm up now
+            warm_up()
+            warm = True
+            open(os.path.join(directory, READY), "w").close()  # the kernel's template.ready()
+        for key, _ in events:
+            if key.data == "kernel":  # (a late HOLD or GO: too late to matter)
                 if not os.read(sys.stdin.fileno(), 4096):
                     os._exit(0)  # the kernel is gone; its engines are tied to their stubs, not to this process
             elif key.data == "listener":

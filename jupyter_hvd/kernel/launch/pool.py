@@ -31,6 +31,7 @@ from .launcher import Launcher, visible_gpus
 from .options import HvdPool
 from .pool_file import PoolFile
 from .rendezvous import Rendezvous
+from .template import template
 
 if TYPE_CHECKING:  # the owner (kernel/owner.py) gives the pool these; the record only holds them
     from ..keep.journal import Keeper
@@ -201,10 +202,11 @@ class Pool:
 
     def _start_engines(self, t0: float) -> None:
         env = {**self.launcher.launch_env(), **self.options.horovod_env()}
-        ids = self.launcher.start_engines(env)
-        self.timings["registered_s"] = time.monotonic() - t0
-        self.engines_started += 1
-        self._bootstrap(ids, env, "cpu" if self.options.cpu else "auto")
+        with template.aside():  # a start right after %load_ext: cold, and the warm template waits for it
+            ids = self.launcher.start_engines(env)
+            self.timings["registered_s"] = time.monotonic() - t0
+            self.engines_started += 1
+            self._bootstrap(ids, env, "cpu" if self.options.cpu else "auto")
         self.timings["ready_s"] = time.monotonic() - t0
         self.set_state("idle", publish=False)
         self._record_processes()
