@@ -70,7 +70,7 @@ def test_ranks_forked_from_the_template_are_engines_like_any_other(k: Kernel) ->
     cores = len(os.sched_getaffinity(0))
     assert sorted(rows) == [0, 1]
     for row in rows.values():
-        assert row["warm"] == "1" and row["ppid"] == tpl, row  # forked, not started by mpiexec
+        assert (row["warm"] or "").isdigit() and row["ppid"] == tpl, row  # forked, not started by mpiexec
         assert row["sum"] == 3.0
         assert row["threads"] == max(1, cores // 2)  # the pool's own setting, not the template's single thread
     assert rows[0]["draw"] != rows[1]["draw"]  # numpy's stream is each rank's own, as in processes started apart
@@ -94,7 +94,7 @@ def test_a_killed_rank_is_seen_and_the_pool_restarts_warm(k: Kernel) -> None:
     assert time.monotonic() - t0 < 30
     after = probe(k)
     assert {row["pid"] for row in after.values()}.isdisjoint(row["pid"] for row in before.values())
-    assert all(row["warm"] == "1" for row in after.values())
+    assert all((row["warm"] or "").isdigit() for row in after.values())
 
 
 def test_mpiexec_ending_a_rank_ends_its_forked_engine(k: Kernel) -> None:
@@ -121,7 +121,7 @@ def test_without_a_template_the_pool_starts_cold(k: Kernel) -> None:
     assert all(row["warm"] is None for row in rows.values()), rows
     r = k.run("%hvd_stop\n%config HvdPool.warm_start = True\n%hvd_start -np 2 --timeout 60", timeout=120)
     assert r.status == "ok", r.error_text + r.stderr
-    assert all(row["warm"] == "1" for row in probe(k).values())
+    assert all((row["warm"] or "").isdigit() for row in probe(k).values())
     dead = psutil.Process(template_pid(k))
     dead.kill()  # a template that died: the next start forks from a new one
     deadline = time.monotonic() + 5
@@ -130,7 +130,7 @@ def test_without_a_template_the_pool_starts_cold(k: Kernel) -> None:
     r = k.run("%hvd_restart", timeout=120)
     assert r.status == "ok", r.error_text + r.stderr
     rows = probe(k)
-    assert all(row["warm"] == "1" for row in rows.values()), rows
+    assert all((row["warm"] or "").isdigit() for row in rows.values()), rows
     assert rows[0]["ppid"] == template_pid(k)
 
 
@@ -157,7 +157,7 @@ def test_a_start_right_after_load_ext_runs_cold_and_the_template_waits_for_it() 
         wait_ready(kernel)  # it imports once the start is done
         r = kernel.run("%hvd_restart", timeout=120)
         assert r.status == "ok", r.error_text + r.stderr
-        assert all(row["warm"] == "1" for row in probe(kernel).values())
+        assert all((row["warm"] or "").isdigit() for row in probe(kernel).values())
     finally:
         kernel.run("%hvd_stop", timeout=60)
         kernel.shutdown()

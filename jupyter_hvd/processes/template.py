@@ -33,7 +33,7 @@ PLACEHOLDER = "_"  # the template's JUPYTER_HVD_POOL is made of these, room for 
 HOLD_S = 1.0  # how long it waits for the kernel's HOLD before its imports (kernel/launch/template.py)
 GO = b"g"  # the kernel's word that the start it held for is done
 READY = "ready"  # written beside the socket once the imports are done
-WARM_ENV = "JUPYTER_HVD_WARM_ENGINE"  # set in a forked engine: where it came from (for %hvd_status and tests)
+WARM_ENV = "JUPYTER_HVD_WARM_ENGINE"  # set in a forked engine: its stub's pid (engine/bootstrap.py reads it)
 
 
 @dataclass
@@ -227,7 +227,7 @@ def become_engine(request: Request) -> None:
     os.setpgid(0, 0)  # out of the template's group: a signal for the template is not one for its engines
     os.environ.clear()
     os.environ.update(request.env)  # MPI's init reads mpiexec's PMIx variables from here, at hvd.init()
-    os.environ[WARM_ENV] = "1"
+    os.environ[WARM_ENV] = str(request.stub_pid)  # where this rank came from (its launch time, in the bootstrap)
     os.chdir(request.cwd)
     import jupyter_hvd.engine.main as engine
 
