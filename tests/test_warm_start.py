@@ -144,6 +144,7 @@ def test_the_kernels_death_ends_the_template_and_its_engines() -> None:
     os.kill(kernel.pid, signal.SIGKILL)
     _, alive = psutil.wait_procs(procs, timeout=15)
     assert not alive, [p.pid for p in alive]
+    assert not (kernel.state_dir / f"template-{kernel.pid}").exists()  # nothing left in the runtime directory
     kernel.kc.stop_channels()
 
 

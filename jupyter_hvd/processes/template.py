@@ -101,7 +101,16 @@ def read_request(conn: socket.socket) -> Request | None:
     return Request(pid, cwd, [a for a in args.split("\0") if a], variables, list(fds))
 
 
-def hold() -> None:
+def end(directory: str) -> None:
+    """The kernel is gone (its pipe ended): remove the socket's directory and exit. Engines forked from here live on,
+    each tied to its stub."""
+    import shutil
+
+    shutil.rmtree(directory, ignore_errors=True)
+    os._exit(0)
+
+
+def hold(directory: str) -> None:
     """Wait HOLD_S before the imports, and longer if the kernel says so: a pool started right after `%load_ext`
     has its ranks import for themselves (two cores beat one), and this process would only slow them down."""
     ready, _, _ = select.select([sys.stdin], [], [], HOLD_S)
@@ -111,7 +120,7 @@ def hold() -> None:
     while said and not said.endswith(GO):
         said = os.read(sys.stdin.fileno(), 64)
     if not said:
-        os._exit(0)  # the kernel is gone
+        end(directory)
 
 
 def serve(fd: int, directory: str) -> Request:
@@ -120,7 +129,7 @@ def serve(fd: int, directory: str) -> Request:
     # The kernel bound and listens on it before starting this process: stubs that come while the imports run wait
     # in its backlog.
     listener = socket.socket(fileno=fd)
-    hold()
+    hold(directory)
     threads = import_engine()
     warm = False
     children: dict[int, tuple[socket.socket, int]] = {}  # pidfd -> (the stub's connection, the engine's pid)
@@ -136,9 +145,10 @@ def serve(fd: int, directory: str) -> Request:
         for key, _ in events:
             if key.data == "kernel":  # (a late HOLD or GO: too late to matter)
                 if not os.read(sys.stdin.fileno(), 4096):
-                    os._exit(0)  # the kernel is gone; its engines are tied to their stubs, not to this process
+                    end(directory)
             elif key.data == "listener":
                 conn, _ = listener.accept()
+                conn.settimeout(5.0)  # a stub sends its request at once: one that does not must not hold the others
                 try:
                     request = read_request(conn)
                 except OSError:
@@ -146,6 +156,7 @@ def serve(fd: int, directory: str) -> Request:
                 if request is None:
                     conn.close()
                     continue
+                conn.settimeout(None)
                 pid = os.fork()
                 if pid == 0:
                     selector.close()

@@ -109,8 +109,9 @@ class HvdPool(Configurable):
     ).tag(config=True, flag=False)
     warm_start = Bool(
         True,
-        help="fork the engines of a pool on this host from a process that has torch, Horovod and ipyparallel "
-        "imported (started when the extension loads): a start without their imports; False starts each cold",
+        help="fork a pool's engines on this host from a process that imported torch, Horovod and ipyparallel when "
+        "the extension loaded (a start right after the load runs cold; c.InteractiveShellApp.extensions = "
+        "['jupyter_hvd'] loads it with the kernel); False: every engine imports for itself",
     ).tag(config=True, flag=False)
     live_view = Enum(
         VIEW_MODES,
