@@ -10,8 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 
+import ipyparallel
 import psutil
 import pytest
 from conftest import Kernel
@@ -162,3 +166,16 @@ def test_a_start_right_after_load_ext_runs_cold_and_the_template_waits_for_it() 
     finally:
         kernel.run("%hvd_stop", timeout=60)
         kernel.shutdown()
+
+
+def test_a_stub_without_its_template_becomes_the_engine_itself(tmp_path) -> None:
+    dead = tmp_path / "engines"  # a template that died: its socket file is there, nobody listens
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(dead))
+    listener.close()
+    for where in (str(tmp_path / "missing"), str(dead)):
+        env = {**os.environ, "JUPYTER_HVD_TEMPLATE": where}
+        out = subprocess.run(
+            [sys.executable, "-S", str(STUB), "--version"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0 and out.stdout.strip() == ipyparallel.__version__, out  # ipyparallel's engine
