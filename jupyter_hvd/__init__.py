@@ -35,6 +35,8 @@ def load_ipython_extension(ipython: Any) -> None:
     import atexit
 
     from .compat import check_ipykernel
+    from .kernel.errors import PoolError
+    from .kernel.launch.launcher import find_mpiexec
     from .kernel.launch.options import defaults
     from .kernel.launch.template import template
     from .kernel.magics import HvdMagics
@@ -43,7 +45,12 @@ def load_ipython_extension(ipython: Any) -> None:
     if check_ipykernel():
         print(f"jupyter-hvd: {check_ipykernel()}")
     if defaults(ipython).warm_start:  # c.HvdPool from the config files, and `%config HvdPool.<option> = ...` later
-        template.start()  # its imports run while the user writes the next cell: %hvd_start then skips them
+        try:
+            mpiexec = find_mpiexec()
+        except PoolError:
+            pass  # %hvd_start says what is missing
+        else:
+            template.start(mpiexec)  # its imports run while the user writes the next cell: %hvd_start skips them
     ipython.register_magics(HvdMagics)
     atexit.register(owner.stop_at_exit)
 

@@ -512,6 +512,13 @@ def test_a_pool_without_horovod_starts_and_trains_with_ddp(tmp_path, monkeypatch
         time.sleep(3)
         r = k.run("%hvd_status")
         assert "problem" not in r.stdout, r.stdout
+        # The warm template works without Horovod too: a restart's ranks are forked from it.
+        wait = "import time\nfrom jupyter_hvd.kernel.launch.template import template\nt0 = time.monotonic()\n"
+        wait += "while not template.ready() and time.monotonic() - t0 < 60:\n    time.sleep(0.1)"
+        assert k.run(wait, timeout=90).status == "ok"
+        assert k.run("%hvd_restart", timeout=120).status == "ok"
+        r = k.run("%%hvd\nimport os\nprint('forked', os.environ.get('JUPYTER_HVD_WARM_ENGINE', '').isdigit())")
+        assert "forked True" in r.stdout, r.stdout + r.error_text
     finally:
         k.shutdown()
     assert wait_until_gone(f"hvd-{k.pid}-") == []

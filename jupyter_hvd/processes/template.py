@@ -32,7 +32,7 @@ STATUS = struct.Struct("!i")  # as processes/engine_stub.py reads them: the engi
 PLACEHOLDER = "_"  # the template's JUPYTER_HVD_POOL is made of these, room for a forked engine's pool id
 HOLD_S = 1.0  # how long it waits for the kernel's HOLD before its imports (kernel/launch/template.py)
 GO = b"g"  # the kernel's word that the start it held for is done
-READY = "ready"  # written beside the socket once the imports are done
+READY = "ready"  # written beside the socket once the imports and the warm-up are done
 WARM_ENV = "JUPYTER_HVD_WARM_ENGINE"  # set in a forked engine: its stub's pid (engine/bootstrap.py reads it)
 
 
@@ -51,7 +51,10 @@ class Request:
 def import_engine() -> int:
     """The imports every rank would otherwise do while it starts (engine/main.py's preload); returns torch's default
     number of threads."""
-    import horovod.torch  # noqa: F401  (torch too; MPI is initialised in the engine, by hvd.init())
+    try:
+        import horovod.torch  # noqa: F401  (MPI is initialised in the engine, by hvd.init())
+    except ImportError:
+        pass  # a set-up where Horovod did not build: pools run torch.distributed alone
     import ipyparallel.engine.app  # noqa: F401
     import torch
 

@@ -217,8 +217,9 @@ class Launcher:
         self._check_not_stopped()
         assert self.cluster is not None and self.cluster.controller is not None
         t0 = time.monotonic()
+        mpiexec = find_mpiexec()
         launch = self.placement.engine_launch(
-            find_mpiexec(),
+            mpiexec,
             dict(env),
             gpus=0 if opts.cpu else visible_gpus(),
             cores=os.cpu_count() or 1,
@@ -228,9 +229,9 @@ class Launcher:
         )
         # Forked from the warm template where it can serve this pool (kernel/launch/template.py), else started cold.
         if opts.warm_start and self.placement.every_rank_here:
-            template.start()  # if the extension's load did not (a restart of a template that died, or config)
+            template.start(mpiexec)  # if the extension's load did not (a template that died, or config)
         launch["engine_cmd"] = template.engine_command(
-            launch["environment"], self.placement.every_rank_here, self.options.warm_start
+            launch["environment"], mpiexec, self.placement.every_rank_here, self.options.warm_start
         )
         retried = False
         while True:

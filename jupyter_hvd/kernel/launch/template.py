@@ -38,6 +38,11 @@ IMPORT_TIME_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_")
 HOLD_WITHIN_S = 0.75
 
 
+def mpi_lib(mpiexec: str) -> str:
+    """The library directory `mpiexec` puts first in its ranks' LD_LIBRARY_PATH (its installation's lib/)."""
+    return str(Path(mpiexec).resolve().parents[1] / "lib")
+
+
 class Template:
     """The template process of this kernel, and the socket its stubs reach it on."""
 
@@ -46,15 +51,17 @@ class Template:
         self.directory: Path | None = None
         self.env: dict[str, str] = {}
         self.started_at = 0.0
+        self.mpi_lib = ""  # the library directory of the mpiexec it was started for
         self.holding = False  # a start runs cold and the template waits for it before its imports
 
     @property
     def socket(self) -> str:
         return str(self.directory / "engines") if self.directory is not None else ""
 
-    def start(self) -> None:
+    def start(self, mpiexec: str) -> None:
         """Start the template in the background (its imports take seconds on a core of their own); a second call
-        while it lives does nothing. A failure is logged: pools then start their engines cold."""
+        while it lives does nothing. A failure is logged: pools then start their engines cold. `mpiexec`: the one
+        that will launch the stubs."""
         if self.alive():
             return
         try:
@@ -71,6 +78,11 @@ class Template:
         self.directory, self.env = directory, dict(os.environ)
         env = dict(os.environ)
         env.pop("PYTEST_CURRENT_TEST", None)
+        # mpiexec gives its ranks its own library directory first in LD_LIBRARY_PATH, which the loader reads once, at
+        # a process's start: the template must start with it, or a forked rank's MPI may not load (mpi4py without
+        # Horovod, which would have loaded it).
+        self.mpi_lib = mpi_lib(mpiexec)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (self.mpi_lib, env.get("LD_LIBRARY_PATH")) if p)
         env[state.POOL_ENV] = "_" * 64  # room for a forked engine's pool id (processes/template.py's show_pool)
         # Listening before the template runs: a pool started at once has its stubs wait in the backlog, not miss it.
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -101,10 +113,10 @@ class Template:
         """Whether it lives and its imports are done (a pool started now waits for no import)."""
         return self.alive() and self.directory is not None and (self.directory / "ready").exists()
 
-    def serves(self, env: dict[str, str]) -> bool:
-        """Whether engines with `env` (what the launch adds to this kernel's environment) can come from the
-        template: it lives, and nothing read at import time differs from what it imported with."""
-        if not self.alive():
+    def serves(self, env: dict[str, str], mpiexec: str) -> bool:
+        """Whether engines with `env` (what the launch adds to this kernel's environment), launched by `mpiexec`, can
+        come from the template: it lives, and nothing read at a process's start differs from what it started with."""
+        if not self.alive() or mpi_lib(mpiexec) != self.mpi_lib:
             return False
         engines = {**os.environ, **env}
         for key in engines.keys() | self.env.keys():
@@ -136,10 +148,10 @@ class Template:
             return False
         return True
 
-    def engine_command(self, env: dict[str, str], local: bool, wanted: bool) -> list[str]:
+    def engine_command(self, env: dict[str, str], mpiexec: str, local: bool, wanted: bool) -> list[str]:
         """The command mpiexec runs per rank; adds the template's socket to `env` where the stub is used. `local`:
         every rank runs on this host; `wanted`: the pool's c.HvdPool.warm_start."""
-        if not (local and wanted and not self.holding and self.serves(env)):
+        if not (local and wanted and not self.holding and self.serves(env, mpiexec)):
             return list(ENGINE_CMD)
         env[TEMPLATE_ENV] = self.socket
         return [sys.executable, "-S", str(STUB)]
