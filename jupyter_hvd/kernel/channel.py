@@ -320,6 +320,13 @@ class CellChannel:
         return "cell channel: dropped " + ", ".join(parts) + " (someone else may be probing this pool's sockets)"
 
     def close(self) -> None:
+        # Monitoring stops before its reader closes: libzmq's I/O thread sends an event (a rank that leaves) to a
+        # monitor without a reader by waiting forever, and with it every socket of the kernel's context stops (the
+        # next pool's ranks could not connect). Drained first: a full monitor would hold the stop itself.
+        self._read_monitors()
+        for sock in (self._requests, self._events):
+            with contextlib.suppress(zmq.ZMQError):
+                sock.disable_monitor()
         for monitor in self._monitors:
             monitor.close(0)
         self._requests.close(0)
