@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 
 import psutil
 import pytest
-from conftest import Kernel, pool_processes, wait_until_gone
+from conftest import Kernel, pool_processes, script_env, wait_until_gone
 from IPython.core.error import UsageError
 
 from jupyter_hvd.kernel import owner as pools
@@ -46,6 +48,23 @@ def test_mpiexec_missing(ip):
     assert "%config HvdPool.mpiexec" in info.value.hint
     assert pools.current() is None
     assert wait_until_gone(f"hvd-{psutil.Process().pid}-", timeout=10) == []
+
+
+def test_config_set_after_the_defaults_were_read_without_a_shell_still_applies(tmp_path):
+    """`%config HvdPool.mpiexec = ...` reaches the pool's defaults even where they were first read before the shell
+    loaded the extension (find_mpiexec() reads them without one); a fresh process, as the defaults are per process."""
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "from jupyter_hvd.kernel.launch import launcher, options\n"
+        "launcher.find_mpiexec()\n"
+        "from IPython.testing.globalipapp import start_ipython\n"
+        "shell = start_ipython()\n"
+        "shell.run_line_magic('load_ext', 'jupyter_hvd')\n"
+        "shell.run_line_magic('config', \"HvdPool.mpiexec = '/nonexistent/bin/mpiexec'\")\n"
+        "print('mpiexec:', options.setting('mpiexec'))\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=script_env())
+    assert "mpiexec: /nonexistent/bin/mpiexec" in out.stdout, out.stdout + out.stderr[-2000:]
 
 
 def test_the_old_environment_variable_still_works_with_a_warning(ip, monkeypatch):

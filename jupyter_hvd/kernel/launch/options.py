@@ -291,8 +291,9 @@ def defaults(shell: Any = None) -> HvdPool:
     global _defaults
     if _defaults is None:
         _defaults = HvdPool(config=load_config(shell))
-        if shell is not None and hasattr(shell, "configurables"):
-            shell.configurables.append(_defaults)
+    # Registered by the first call that has the shell, which need not be the first call (find_mpiexec() has none).
+    if shell is not None and hasattr(shell, "configurables") and _defaults not in shell.configurables:
+        shell.configurables.append(_defaults)
     return _defaults
 
 
