@@ -23,7 +23,7 @@ from conftest import Kernel, needs, wait_until_gone
 START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2"
 
 SETUP = """%%hvd --setup
-import ctypes, json, os, threading
+import ctypes, io, json, os, threading
 import numpy as np
 torch.manual_seed(0)
 bn = torch.nn.BatchNorm1d(3)
@@ -76,8 +76,9 @@ lin(torch.ones(2, 3)).sum().backward(); opt.step(); opt.zero_grad()
 other = torch.optim.Adam(lin.parameters(), lr=0.1)
 lin(torch.ones(2, 3) * (rank + step)).sum().backward(); other.step(); other.zero_grad()
 opt.load_state_dict(other.state_dict())
-saved = f"/tmp/hvd-writes-{{os.getpid()}}.pt"
+saved = io.BytesIO()
 torch.save({{"weight": torch.full((2, 2), 5.0 + rank + step), "bias": torch.zeros(2)}}, saved)
+saved.seek(0)
 loaded.load_state_dict(torch.load(saved))
 w_inplace.add_(1 + rank + step)
 w_numpy.numpy()[:] = 50 + rank + step
