@@ -153,7 +153,7 @@ def test_the_kernels_death_ends_the_template_and_its_engines() -> None:
 
 
 def test_a_start_right_after_load_ext_runs_cold_and_the_template_waits_for_it() -> None:
-    kernel = Kernel()
+    kernel = Kernel(extension=False)
     try:
         # As a notebook run top to bottom: the template has not begun its imports, which would slow the ranks'.
         r = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2 --timeout 60", timeout=120)

@@ -119,7 +119,12 @@ class Kernel:
     Each kernel has a Jupyter runtime directory of its own (unless `extra_env` names one), so its pool files are the
     only ones its helpers see: pools(), request_action(), action_pending()."""
 
-    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, extra_env: dict[str, str] | None = None, extension: bool = True) -> None:
+        """`extension`: the kernel starts with jupyter_hvd loaded (`--ext`, as `c.InteractiveShellApp.extensions`
+        does) and is handed over once its warm template is ready, as a user's kernel is a few seconds after
+        `%load_ext`: pools then fork their ranks instead of importing torch and Horovod in each (about 4 CPU-s a
+        start, the suite's largest cost). A cell's `%load_ext jupyter_hvd` then only says it is loaded. False: a
+        bare kernel, for the tests of loading the extension and of a start in its cell."""
         from jupyter_client.manager import KernelManager
 
         env = {**os.environ, **(extra_env or {})}
@@ -132,11 +137,32 @@ class Kernel:
         self.runtime_dir = Path(env["JUPYTER_RUNTIME_DIR"])
         self.state_dir = self.runtime_dir / "jupyter-hvd"  # where its pools' files are (jupyter_hvd.state)
         self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(env=env)
+        self.km.start_kernel(env=env, extra_arguments=["--ext=jupyter_hvd"] if extension else [])
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
         self.pid: int = self.km.provisioner.process.pid  # type: ignore[union-attr]
+        if extension:
+            self.wait_for_template()
+
+    def wait_for_template(self, timeout: float = 60.0) -> bool:
+        """Wait until this kernel's warm template is ready (kernel/launch/template.py); False where it has none (no
+        mpiexec, `c.HvdPool.warm_start = False`), it died, or it was not ready within `timeout` s. Pools start their
+        ranks cold then, as the user's would."""
+        import psutil
+
+        ready = self.state_dir / f"template-{self.pid}" / "ready"
+        deadline = time.monotonic() + timeout
+        while not ready.exists():
+            try:
+                children = psutil.Process(self.pid).children()
+                alive = any("jupyter_hvd.processes.template" in " ".join(c.cmdline()) for c in children)
+            except psutil.Error:
+                alive = False
+            if not alive or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def run(
         self,
