@@ -152,3 +152,34 @@ def kernel() -> Iterator[Kernel]:
     finally:
         if k.km.is_alive():
             k.shutdown()
+
+
+# The files that take a minute or more on 2 cores (a serial run's --durations, per file, most first): with several
+# workers they start first, so that no worker draws one at the end and holds the whole run up.
+LONG_FILES = (
+    "test_ui_run_view",
+    "test_torch_distributed",
+    "test_faults",
+    "test_where_and_debug",
+    "test_attacks",
+    "test_horovod_in_cells",
+    "test_keep_campaign",
+    "test_ui_training_view",
+    "test_keep_everyday",
+    "test_ui_journey",
+    "test_failure_paths",
+    "test_live_view",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With several workers (pytest-xdist's -n, as scripts/test.sh runs), LONG_FILES go first, in that order; each
+    file's tests keep theirs. A run on one worker keeps the files' order."""
+    if not getattr(config.option, "numprocesses", None):
+        return
+
+    def rank(item: pytest.Item) -> int:
+        name = item.path.stem
+        return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
+
+    items.sort(key=rank)  # stable: the others keep their order
