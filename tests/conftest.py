@@ -154,8 +154,8 @@ def kernel() -> Iterator[Kernel]:
             k.shutdown()
 
 
-# The files that take a minute or more on 2 cores (a serial run's --durations, per file, most first): with several
-# workers they start first, so that no worker draws one at the end and holds the whole run up.
+# The files that take 20 s or more on 2 cores, longest first (a serial run's --durations summed per file, from 216 s
+# down): with several workers they start first, so that no worker draws a long one at the end and holds the run up.
 LONG_FILES = (
     "test_ui_run_view",
     "test_torch_distributed",
@@ -169,6 +169,26 @@ LONG_FILES = (
     "test_ui_journey",
     "test_failure_paths",
     "test_live_view",
+    "test_resize",
+    "test_keep",
+    "test_never_hangs",
+    "test_replays",
+    "test_warm_start",
+    "test_sidebar_ui",
+    "test_kernel",
+    "test_keep_failures",
+    "test_ui_latency",
+    "test_sidebar_frontend",
+    "test_sidebar_actions",
+    "test_sidebar_resize",
+    "test_latency",
+    "test_server",
+    "test_keep_writes",
+    "test_ui_live_view",
+    "test_ui_notebook7",
+    "test_straggler",
+    "test_quickstart",
+    "test_slurm",
 )
 
 
