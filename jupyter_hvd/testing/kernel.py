@@ -151,7 +151,9 @@ class Kernel:
         ranks cold then, as the user's would."""
         import psutil
 
-        ready = self.state_dir / f"template-{self.pid}" / "ready"
+        from jupyter_hvd.kernel.launch.template import directory_of
+
+        ready = directory_of(self.state_dir, self.pid) / "ready"
         deadline = time.monotonic() + timeout
         while not ready.exists():
             try:

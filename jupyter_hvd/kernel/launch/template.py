@@ -38,6 +38,12 @@ IMPORT_TIME_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_")
 HOLD_WITHIN_S = 0.75
 
 
+def directory_of(state_dir: Path, kernel_pid: int) -> Path:
+    """The directory of kernel `kernel_pid`'s template: its socket, and the `ready` file it writes once warm
+    (processes/template.py's READY)."""
+    return state_dir / f"template-{kernel_pid}"
+
+
 def mpi_lib(mpiexec: str) -> str:
     """The library directory `mpiexec` puts first in its ranks' LD_LIBRARY_PATH (its installation's lib/)."""
     return str(Path(mpiexec).resolve().parents[1] / "lib")
@@ -65,7 +71,7 @@ class Template:
         if self.alive():
             return
         try:
-            directory = state.state_dir() / f"template-{os.getpid()}"
+            directory = directory_of(state.state_dir(), os.getpid())
             shutil.rmtree(directory, ignore_errors=True)
             directory.mkdir(mode=0o700)
             state.check_private(directory)
