@@ -86,6 +86,23 @@ export async function isRunning(cell) {
   return ((await cell.locator(".jp-InputPrompt").textContent()) || "").includes("*");
 }
 
+/**
+ * Wait until `cell` (a locator) has finished: its prompt no longer shows [*], and its live view, if it has one, no
+ * longer says it runs. The page draws the view's last update in an animation frame, a moment after the prompt
+ * changes; a view still "running" seconds after its cell ended is what a user would see as wrong.
+ */
+export async function finished(page, cell, timeout = 120000) {
+  const t0 = Date.now();
+  while (await isRunning(cell)) {
+    if (Date.now() - t0 > timeout) throw new Error(`a cell ran longer than ${timeout / 1000} s`);
+    await page.waitForTimeout(200);
+  }
+  const running = cell.locator('.jhvd-live[data-state="running"]');
+  for (const t1 = Date.now(); (await running.count()) > 0; await page.waitForTimeout(100)) {
+    if (Date.now() - t1 > 10000) throw new Error("a cell ended but its live view still says it runs after 10 s");
+  }
+}
+
 /** Wait until `cell`'s output shows `text`. */
 export async function waitForOutput(cell, text, timeout = 60000) {
   await cell.locator(".jp-OutputArea-output", { hasText: text }).waitFor({ timeout });

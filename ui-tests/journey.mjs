@@ -5,7 +5,7 @@
 // (the pytest side judges it) and takes a screenshot; a step that cannot go on throws.
 //
 // Env: NOTEBOOK_URL (the notebook's URL, token included), APP ("notebook" or "lab"), ARTIFACTS, CHROMIUM.
-import { isRunning, openNotebook, runCell, runCheck, showSidebar, waitForOutput } from "./driver.mjs";
+import { finished, openNotebook, runCell, runCheck, showSidebar, waitForOutput } from "./driver.mjs";
 
 const { NOTEBOOK_URL, APP = "notebook", ARTIFACTS = "artifacts/journey" } = process.env;
 
@@ -13,15 +13,6 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
   const cells = page.locator(".jp-Notebook .jp-Cell");
   const sidebar = page.locator("#jupyter-hvd-sidebar");
   const poolBox = sidebar.locator(".jp-HvdPool").first();
-
-  /** Wait until `cell` has finished (its prompt no longer shows [*]). */
-  async function finished(cell, timeout = 120000) {
-    const t0 = Date.now();
-    while (await isRunning(cell)) {
-      if (Date.now() - t0 > timeout) throw new Error(`a cell ran longer than ${timeout / 1000} s`);
-      await page.waitForTimeout(200);
-    }
-  }
 
   /** What the user reads under cell `i`: its outputs' text, and which of them are drawn as errors. */
   const outputs = (i) =>
@@ -33,7 +24,7 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
 
   /** Run cell `i` to its end; what it shows. */
   async function run(i, name, timeout = 120000) {
-    await finished(await runCell(page, i), timeout);
+    await finished(page, await runCell(page, i), timeout);
     const seen = await outputs(i);
     await shot(name);
     return seen;
@@ -102,14 +93,14 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
   await page.keyboard.press("Escape");
   await page.keyboard.press("i");
   await page.keyboard.press("i");
-  await finished(stuck, 60000);
+  await finished(page, stuck, 60000);
   result.stuck = await outputs(5);
   await shot("8-stopped");
 
   // A cell that raises on rank 1, then %hvd_debug in that rank's frame.
   const sidebarShows = () =>
     poolBox.evaluate((box) => ({ state: box.dataset.state, cell: box.querySelector(".jp-HvdPool-cell")?.textContent ?? null }));
-  await finished(await runCell(page, 6));
+  await finished(page, await runCell(page, 6));
   result.sidebarAfterError = await sidebarShows(); // at once: the pool file may not say yet that the cell ended
   result.error = await outputs(6);
   await shot("9-error");
@@ -119,7 +110,7 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
   result.sidebarDuringDebug = await sidebarShows();
   await shot("10-debug");
   result.debugPrompts.push(await answer(7, "q"));
-  await finished(debug);
+  await finished(page, debug);
   result.debug = await outputs(7);
 
   // breakpoint() on rank 1: its prompt in the page, the others wait, `c` lets every rank finish.
@@ -127,7 +118,7 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
   result.breakpointPrompts = [await answer(8, "p y")];
   await shot("11-breakpoint");
   result.breakpointPrompts.push(await answer(8, "c"));
-  await finished(bp);
+  await finished(page, bp);
   result.breakpoint = await outputs(8);
 
   result.stop = await run(9, "12-stopped");

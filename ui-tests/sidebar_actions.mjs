@@ -7,21 +7,12 @@
 // is recorded and the script goes on, so one run shows every difference); screenshots go to $ARTIFACTS.
 //
 // Env: NOTEBOOK_URL (JupyterLab's URL of the notebook, token included), NOTEBOOK (its name), ARTIFACTS, CHROMIUM.
-import { isRunning, openNotebook, runCell, runCheck, showSidebar } from './driver.mjs';
+import { finished, openNotebook, runCell, runCheck, showSidebar } from './driver.mjs';
 
 const { NOTEBOOK_URL, NOTEBOOK, ARTIFACTS = 'artifacts/sidebar-actions' } = process.env;
 // How long after the notebook shows a cell queued ([*]) the sidebar may still show the cell before it: the kernel
 // begins it within milliseconds, and the page hears so at once (the pool file says it only within a second or so).
 const GRACE_MS = 300;
-
-/** Wait until `cell` (a locator) has finished. */
-async function finished(page, cell, timeout = 120000) {
-  const t0 = Date.now();
-  while (await isRunning(cell)) {
-    if (Date.now() - t0 > timeout) throw new Error(`a cell ran longer than ${timeout / 1000} s`);
-    await page.waitForTimeout(200);
-  }
-}
 
 /** The pool as the sidebar shows it: state, running cell, each rank's figures and last line, the Where box, notes. */
 const poolShown = () => {

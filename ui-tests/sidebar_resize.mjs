@@ -7,18 +7,9 @@
 //
 // Env: NOTEBOOK_URL (JupyterLab's URL of the notebook, token included), TOO_MANY (a number of ranks this host cannot
 // run), ARTIFACTS, CHROMIUM.
-import { isRunning, openNotebook, runCell, runCheck, showSidebar } from './driver.mjs';
+import { finished, openNotebook, runCell, runCheck, showSidebar } from './driver.mjs';
 
 const { NOTEBOOK_URL, TOO_MANY = '999', ARTIFACTS = 'artifacts/sidebar-resize' } = process.env;
-
-/** Wait until `cell` (a locator) has finished. */
-async function finished(page, cell, timeout = 180000) {
-  const t0 = Date.now();
-  while (await isRunning(cell)) {
-    if (Date.now() - t0 > timeout) throw new Error(`a cell ran longer than ${timeout / 1000} s`);
-    await page.waitForTimeout(200);
-  }
-}
 
 /** The pool as the sidebar shows it: id, state, figures line, rank rows (their pids), notes, warnings, what is kept. */
 const poolShown = () => {
@@ -136,11 +127,11 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
   const snapshotsAtLeast = (n) =>
     page.waitForFunction(`(${snapshotsShown.toString()})() >= ${n}`, null, { timeout: 30000 });
   for (const i of [0, 1, 2]) {
-    await finished(page, await runCell(page, i));
+    await finished(page, await runCell(page, i), 180000);
   }
   await snapshotsAtLeast(1);
   const kept = await page.evaluate(snapshotsShown);
-  await finished(page, await runCell(page, 3));
+  await finished(page, await runCell(page, 3), 180000);
   result.trainingOutput = await outputOf(page, 3);
   await snapshotsAtLeast(kept + 1);
   await page.waitForFunction(() => document.querySelector('#jupyter-hvd-sidebar .jp-HvdPool')?.dataset.state === 'idle', null, { timeout: 30000 });
@@ -194,7 +185,7 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
 
   // The next cell, on every rank: 3 ranks, the kept weights on each, the learning rate for 3 ranks.
   const check = await runCell(page, 4);
-  await finished(page, check);
+  await finished(page, check, 180000);
   result.checkOutput = await outputOf(page, 4);
   await shot('8-next-cell-on-three-ranks');
 
@@ -229,7 +220,7 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
   // What the refusal left under the cell that ran last (the kernel's log goes there between cells): no traceback.
   result.refusedUnderLastCell = await outputOf(page, 4);
   const next = await runCell(page, 5);
-  await finished(page, next);
+  await finished(page, next, 180000);
   result.afterRefusalOutput = await outputOf(page, 5);
   result.afterRefusal = await shown();
   await shot('12-next-cell-after-refusal');
