@@ -39,6 +39,9 @@ KEY_BYTES = 32
 # envelope), so junk cannot make the kernel hold more than a few of these per connection.
 MAX_MESSAGE_BYTES = 8 * 2**20
 KERNEL = b"kernel"  # the sender of requests
+# The kind of a rank's wait (Waiting.wait["kind"]) in the ranks' check before a torch.distributed collective: peers
+# whose cell ended release it (Decline).
+AGREEING = "agreeing"
 
 # ---- messages: kernel -> one rank (requests) ---------------------------------------------------------------
 
@@ -61,6 +64,15 @@ class RunCell:
 @dataclass(frozen=True)
 class Join:
     """Leave Horovod's collectives once this rank's cell has ended (the wind-down after a failure)."""
+
+    cell: int
+
+
+@dataclass(frozen=True)
+class Decline:
+    """This rank's cell has ended and it has joined, while its peers wait in the check before a torch.distributed
+    collective: take part in that check calling nothing (they raise, the group stays in step), then say Joined
+    again, with the collectives entered since."""
 
     cell: int
 
@@ -141,7 +153,7 @@ class Interrupt:
     cell: int
 
 
-Request = RunCell | Join | Rest | Ping | Keep | Commit | Prune | Where | Debug | InputReply | Interrupt
+Request = RunCell | Join | Decline | Rest | Ping | Keep | Commit | Prune | Where | Debug | InputReply | Interrupt
 
 # ---- tasks: jupyter-hvd's own work on the ranks (engine/tasks.py does each) ------------------------------------
 

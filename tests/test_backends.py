@@ -45,6 +45,10 @@ class Fake:
         self.calls.append("leave")
         return dict(self._leave)
 
+    def decline(self) -> dict[str, Any]:
+        self.calls.append("decline")
+        return {"ok": True, "in_flight": 0, "entered": 7 if self.name == "dist" else -1}
+
     def average(self, local: Any, name: str) -> Any:
         return (self.name, local, name)
 
@@ -92,6 +96,13 @@ def test_a_failed_join_is_what_the_kernel_hears_and_in_flight_ops_add_up() -> No
     backend.choose([first, second])
     assert backend.leave_collectives() == failed
     assert second.calls == []  # the first failure ends the join on this rank
+
+
+def test_a_decline_asks_every_backend_and_says_the_collectives_entered() -> None:
+    first, second = horovod(), torch_distributed()
+    backend.choose([first, second])
+    assert backend.decline()["entered"] == 7  # torch.distributed's count, which the kernel compares across ranks
+    assert first.calls == second.calls == ["decline"]
 
 
 def test_a_rank_without_a_backend_says_so() -> None:

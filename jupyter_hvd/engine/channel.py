@@ -34,6 +34,7 @@ from ..wire import (
     Commit,
     Debug,
     Debugged,
+    Decline,
     Display,
     InputReply,
     Interrupt,
@@ -198,7 +199,9 @@ class Channel:
         if isinstance(message, RunCell):
             self._run_cell(message)
         elif isinstance(message, Join):
-            self._join(message.cell)
+            self._join(message.cell, backend.leave_collectives)
+        elif isinstance(message, Decline):
+            self._join(message.cell, backend.decline)
         elif isinstance(message, Rest):
             result = self._interruptible_run(None, backend.rest)
             error = result.get("error")
@@ -257,8 +260,8 @@ class Channel:
             self.send(CellEnded(self.rank, request.cell, CellRecord(rank=self.rank, ok=False, error=error)))
         self.cell = None
 
-    def _join(self, cell: int) -> None:
-        result = self._interruptible_run(None, backend.leave_collectives)
+    def _join(self, cell: int, leave: Any) -> None:
+        result = self._interruptible_run(None, leave)
         ok, in_flight, error = bool(result.get("ok")), result.get("in_flight", 0), result.get("error")
         self.send(Joined(self.rank, cell, ok, in_flight, error, entered=result.get("entered", -1)))
 
@@ -343,7 +346,7 @@ class Channel:
             try:
                 cell = self.cell
                 wait = collectives.main_thread_wait() if cell is not None else None
-                if wait is not None and (reported is None or wait["name"] != reported["name"]):
+                if wait is not None and (reported is None or _what(wait) != _what(reported)):
                     self.send(Waiting(self.rank, cell, wait))
                 elif wait is None and reported is not None and cell is not None:
                     self.send(Waiting(self.rank, cell, None))
@@ -425,6 +428,11 @@ class _CellText:
 
 
 _DISPLAY_CAP_NOTE = f"[jupyter-hvd] more displays than {DISPLAY_BYTES_PER_CELL // 2**20} MB in one cell: not shown"
+
+
+def _what(wait: dict[str, Any]) -> tuple[str, str]:
+    """A reported wait's collective and its kind: a torch.distributed call's check, then the call itself, are two."""
+    return wait["name"], wait.get("kind", "")
 
 
 def _within_limit(event: wire.Event, size: int) -> list[wire.Event]:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import compat
+from ..wire import AGREEING as AGREEING  # the kind of a wait in the check before a torch collective
 
 WAIT_REPORT_S = 0.5  # a wait this long is reported to the kernel (shorter ones are a normal collective)
 

@@ -22,7 +22,8 @@ from .ranks import Rank, format_ranks
 UNEVEN_S = 2.0
 MISMATCH_S = 3.0
 # torch.distributed cannot cancel a collective whose peer failed (Gloo and NCCL end it only when the peer's
-# connection closes): ranks still in one this long after their SIGINT are released by restarting the pool.
+# connection closes): ranks still in one this long after their SIGINT (or after their peers' Decline, which releases
+# those in the check before one) are released by restarting the pool.
 TORCH_RELEASE_S = 2.0
 
 HOROVOD_ADVICE = (
@@ -82,6 +83,7 @@ class Wait:
     name: str
     number: int | None
     since: float  # kernel clock (monotonic)
+    agreeing: bool = False  # in the ranks' check before a torch.distributed collective: a peer's Decline releases it
 
     def words(self) -> str:
         return f"rank {self.rank} waits in '{self.name}' (its collective #{self.number})"
@@ -304,8 +306,10 @@ def lost(pool: Processes, ranks: list[int] | None = None) -> Dead | Frozen | Non
 
 def is_consequence(ename: str, evalue: str) -> bool:
     """An error that follows from the wind-down rather than from the user's code: the interrupt itself, pdb's quit,
-    or a collective that a peer's join broke."""
-    return ename in ("KeyboardInterrupt", "BdbQuit") or (ename == "HorovodInternalError" and "Join" in evalue)
+    a collective that a peer's join broke, or a torch.distributed one its peers declined (wire.Decline)."""
+    return ename in ("KeyboardInterrupt", "BdbQuit", "PeerCellEnded") or (
+        ename == "HorovodInternalError" and "Join" in evalue
+    )
 
 
 def stalled(report: str, running: list[int]) -> dict[int, str]:

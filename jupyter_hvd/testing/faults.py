@@ -43,8 +43,9 @@ HEALTHY_TORCH = "%%hvd\nx = torch.tensor([rank + 1.0])\ndist.all_reduce(x)\nprin
 
 
 def torch_faults(rng: random.Random) -> dict[str, Fault]:
-    """The same faults in torch.distributed's collectives (a pool started with --torch-distributed): a collective
-    whose peer failed cannot be released there, so those end with a restart of the pool."""
+    """The same faults in torch.distributed's collectives (a pool started with --torch-distributed): ranks that wait
+    to agree on a collective are released by their peers whose cell ended; one stuck in a collective itself only by
+    a restart of the pool."""
     drawn = faults(rng)
     torch_cells = {}
     for name, fault in drawn.items():

@@ -1,5 +1,6 @@
 """torch.distributed as a pool's backend (engine/backend.py): its collectives and DDP's timed (hooks.py). It has no
-rest and no join: ranks stuck in one of its collectives are restarted by the kernel.
+rest and no join: ranks waiting in the check before a collective are released by their peers' decline
+(matching.py); ranks stuck in a collective itself are restarted by the kernel.
 
 Imported on the engines only.
 """
@@ -38,6 +39,10 @@ class TorchDistributed:
     def leave_collectives(self) -> dict[str, Any]:
         # Nothing to release; how many collectives this rank entered tells the kernel whether one was left behind.
         return {"ok": True, "last_joined": -1, "in_flight": 0, "entered": hooks.entered(), "seconds": 0.0}
+
+    def decline(self) -> dict[str, Any]:
+        hooks.decline()
+        return {"ok": True, "in_flight": 0, "entered": hooks.entered(), "seconds": 0.0}
 
     def average(self, local: Any, name: str) -> Any:
         self._dist.all_reduce(local)

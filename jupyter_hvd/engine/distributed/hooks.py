@@ -6,8 +6,9 @@ Gloo and NCCL also keep to loopback, and a TCPStore that rank 0 serves on the po
 Watching: blocking collectives called from Python (`dist.all_reduce(...)`) are counted and their waits recorded, as
 Horovod's are (engine/collectives.py), so the kernel names ranks whose collectives do not match; DDP's gradient
 allreduce (started in C++ during backward) is timed by a communication hook, for the straggler check
-(engine/cell/pace.py). A torch.distributed collective whose peer failed cannot be released (Gloo and NCCL only end it
-when the peer's connection closes or the timeout passes), so the kernel restarts the pool instead.
+(engine/cell/pace.py). A rank waiting in the ranks' check before a collective is released by the peers whose cell
+ended (decline()); one inside a collective whose peer failed cannot be (Gloo and NCCL only end it when the peer's
+connection closes or the timeout passes), so the kernel restarts the pool instead.
 
 Imported on the engines only.
 """
@@ -74,21 +75,31 @@ def entered() -> int:
 # ---- watching ---------------------------------------------------------------------------------------------------
 
 _installed = False
+_gather: Any = None  # torch.distributed's own all_gather, for the ranks' check; None where the check is off
+
+
+def decline() -> None:
+    """This rank's cell ended while its peers wait in the check before a collective: release them (matching.py)."""
+    import torch.distributed as dist
+
+    if _gather is None or not dist.is_initialized() or dist.get_backend() != "gloo" or dist.get_world_size() < 2:
+        return
+    matching.decline(_gather)
 
 
 def install() -> None:
     """Count and time the blocking collectives called from Python, and time DDP's gradient allreduce. Idempotent."""
-    global _installed
+    global _installed, _gather
     if _installed:
         return
     import torch.distributed as dist
 
     # The check's own all_gather, not watched; none where c.HvdPool.check_collectives is off.
-    gather = dist.all_gather if os.environ.get("JUPYTER_HVD_CHECK_COLLECTIVES", "1") != "0" else None
+    _gather = dist.all_gather if os.environ.get("JUPYTER_HVD_CHECK_COLLECTIVES", "1") != "0" else None
     for name in COLLECTIVES:
         real = getattr(dist, name, None)
         if real is not None:
-            setattr(dist, name, _watched(real, name, gather))
+            setattr(dist, name, _watched(real, name, _gather))
     _time_ddp()
     _installed = True
 
@@ -101,9 +112,11 @@ def _watched(real: Callable[..., Any], name: str, gather: Any) -> Callable[..., 
         collectives.started_one(kind)
         if kwargs.get("async_op"):
             return real(*args, **kwargs)
-        with collectives.waiting(kind):
-            if gather is not None:
+        if gather is not None:
+            # A wait here, while a peer's cell has ended, is released by that peer's decline (matching.decline).
+            with collectives.waiting(kind, kind=collectives.AGREEING):
                 matching.check(name, real, args, kwargs, gather)  # a mismatch raises on every rank, not in Gloo
+        with collectives.waiting(kind):
             if threading.get_ident() == threading.main_thread().ident:
                 start = time.perf_counter()
                 try:

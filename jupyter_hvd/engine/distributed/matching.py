@@ -35,8 +35,16 @@ ROOTS = ("src", "dst")
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 
+DECLINED = -2  # a rank whose cell ended takes part in its peers' check only to say it calls nothing (decline())
+
+
 class CollectiveMismatch(RuntimeError):
     """Ranks called different torch.distributed collectives, or one with different sizes: nothing was sent."""
+
+
+class PeerCellEnded(CollectiveMismatch):
+    """A rank's cell ended (it failed, was stopped, or finished with fewer collectives) while this one waited to
+    agree on a collective: nothing was sent, and the kernel says why the cell ended (wire.Decline)."""
 
 
 _signatures: dict[str, inspect.Signature] = {}
@@ -45,7 +53,6 @@ _signatures: dict[str, inspect.Signature] = {}
 def check(name: str, real: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], gather: Any) -> None:
     """Raise CollectiveMismatch on every rank where the ranks' calls of `name` (the real `real`) differ; `gather` is
     torch.distributed's own all_gather (not the watched one)."""
-    import torch
     import torch.distributed as dist
 
     if name not in CHECKED:
@@ -62,17 +69,33 @@ def check(name: str, real: Callable[..., Any], args: tuple[Any, ...], kwargs: di
         return
     if dist.get_backend() != "gloo" or dist.get_world_size() < 2:
         return
-    mine = _describe(name, bound)
-    everyone = [torch.zeros(len(mine), dtype=torch.int64) for _ in range(dist.get_world_size())]
-    gather(everyone, torch.tensor(mine, dtype=torch.int64))
-    calls = [tuple(int(v) for v in t.tolist()) for t in everyone]
+    calls = _agree(_describe(name, bound), gather)
     if len(set(calls)) > 1:
         said = "; ".join(f"rank {rank}: {_words(call)}" for rank, call in enumerate(calls))
+        if any(call[0] == DECLINED for call in calls):
+            raise PeerCellEnded(f"a rank's cell ended before this collective ({said}). Nothing was sent.")
         raise CollectiveMismatch(
             f"the ranks' collectives do not match ({said}). Nothing was sent: every rank is as before the call. "
             "Make every rank call the same collective with tensors of the same size (all_gather of different sizes: "
             "pad to the largest, or all_gather_object)."
         )
+
+
+def decline(gather: Any) -> None:
+    """This rank's cell ended while its peers wait in the check before a collective (the kernel knows): take part in
+    that check saying this rank calls nothing, so they raise CollectiveMismatch instead of waiting for ever; the
+    group stays in step (every rank ran the check's one all_gather). Horovod's join does the same for its ops."""
+    _agree([DECLINED, -1, -1, -1, -1], gather)
+
+
+def _agree(mine: list[int], gather: Any) -> list[tuple[int, ...]]:
+    """Every rank's call, by one all_gather of the ranks' descriptions."""
+    import torch
+    import torch.distributed as dist
+
+    everyone = [torch.zeros(len(mine), dtype=torch.int64) for _ in range(dist.get_world_size())]
+    gather(everyone, torch.tensor(mine, dtype=torch.int64))
+    return [tuple(int(v) for v in t.tolist()) for t in everyone]
 
 
 def _describe(name: str, bound: dict[str, Any]) -> list[int]:
@@ -96,6 +119,8 @@ def _describe(name: str, bound: dict[str, Any]) -> list[int]:
 
 def _words(call: tuple[int, ...]) -> str:
     kind, elements, dtype, second, root = call
+    if kind == DECLINED:
+        return "none, its cell had ended"
     words = KINDS[kind] if 0 <= kind < len(KINDS) else "another collective"
     if elements >= 0:
         words += f" of {elements} {DTYPES[dtype] + ' ' if dtype >= 0 else ''}element{'s' if elements != 1 else ''}"

@@ -87,6 +87,9 @@ class Horovod:
             _forget_pending_gradients()
         return {"ok": True, "last_joined": int(last), "in_flight": in_flight, "seconds": time.perf_counter() - t0}
 
+    def decline(self) -> dict[str, Any]:
+        return {"ok": True, "in_flight": 0}  # Horovod checks its ops in its coordinator, and its join releases them
+
     def _settle(self, seconds: float) -> int:
         """Wait up to `seconds` for this rank's Horovod ops in flight to complete; how many are still in flight."""
         deadline = time.monotonic() + seconds

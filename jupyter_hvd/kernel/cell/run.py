@@ -7,7 +7,9 @@ KeyboardInterrupt. A rank's output always arrives before its end, so a finished 
 When a cell fails on some rank (or the user interrupts), the other ranks may be blocked in a collective that
 will never complete. The wind-down releases them the Horovod way: every rank is asked to `hvd.join()` once its
 cell has ended (a joined rank lets pending allreduces complete without it), and ranks still running after a
-short grace get SIGINT. When every rank has joined, the pool is healthy again. If that does not happen within
+short grace get SIGINT. torch.distributed has no join: ranks waiting in the check before one of its collectives are
+released by a Decline from the ranks whose cell ended, which take part in that check calling nothing (the group stays
+in step). When every rank has joined, the pool is healthy again. If that does not happen within
 `--fail-timeout`, or an engine died, the pool is restarted with the same options.
 """
 
@@ -90,7 +92,9 @@ class _RankRun:
     interrupt_taken: bool = False  # its reading thread took the Interrupt (wire.Interrupted)
     signal_sent: bool = False  # it did not: a SIGINT from outside went to it
     join_sent: bool = False
-    joined: bool = False
+    joined: bool = False  # it answered every Join and Decline sent to it
+    answers_due: int = 0  # Joined events still to come from it, one per Join or Decline
+    declined: bool = False  # it was sent a Decline (its peers waited in the check before a torch collective)
     entered: int = -1  # torch.distributed collectives it had entered when it joined (-1: none counted)
     ended_after_failure: bool = False  # finished normally, but after another rank had failed
     finished_at: float | None = None
@@ -156,6 +160,7 @@ class CellRun:
         self.failed_at: float | None = None
         self.reason: str | None = None  # error | interrupt
         self.hard_deadline: float | None = None
+        self._declined_at = 0.0  # when ranks whose cell ended were asked to release their peers (0: not asked)
         self.digest = Digest()  # each line of output read once, for the view and the figures
         self.figures = CellFigures(pool, self.view)  # step, loss, last line, NaN, straggler (kernel/cell/figures.py)
         self._next_liveness_check = time.monotonic() + TICK_S
@@ -374,15 +379,22 @@ class CellRun:
         elif isinstance(ev, wire.Waiting):
             wait = ev.wait
             run.waiting = (
-                Wait(ev.rank, str(wait.get("name")), wait.get("number"), time.monotonic() - wait["waited"])
+                Wait(
+                    ev.rank,
+                    str(wait.get("name")),
+                    wait.get("number"),
+                    time.monotonic() - wait["waited"],
+                    wait.get("kind") == wire.AGREEING,
+                )
                 if wait
                 else None
             )
         elif isinstance(ev, wire.Interrupted):
             run.interrupt_taken = True
         elif isinstance(ev, wire.Joined):
-            run.joined = True
-            run.entered = ev.entered
+            run.answers_due -= 1
+            run.joined = run.answers_due <= 0
+            run.entered = ev.entered  # the rank answers in the order asked: the last one counts
             self.unclean_join = self.unclean_join or UncleanJoin.detect(
                 ev.rank, ev.ok, ev.in_flight, (ev.error or {}).get("ename")
             )
@@ -529,11 +541,14 @@ class CellRun:
         collective a running rank waits in complete, and that rank would go on with its cell (a print, a step)
         before a signal still on its way lands. Sending the Interrupt first is not enough: it goes to another rank
         than the join, whose release can come first under load. Once taken, the signal is pending on the rank's main
-        thread and raises there the moment the collective returns."""
-        if self.reason in ("interrupt", "mismatch") and any(
-            r.state == "running" and not (r.interrupt_taken or r.signal_sent) for r in self.runs.values()
-        ):
+        thread and raises there the moment the collective returns. Where torch.distributed may hold a running rank,
+        after an error too: the ranks whose cell ended may first have to release it (_decline), before Horovod's join
+        holds them."""
+        hold = self.reason in ("interrupt", "mismatch") or self.pool.backends.may_strand()
+        if hold and any(r.state == "running" and not (r.interrupt_taken or r.signal_sent) for r in self.runs.values()):
             return
+        if self.pool.backends.may_strand():
+            self._decline()  # before the joins: Horovod's join on a free rank waits for the ranks the Decline frees
         channel = self.pool.channel
         assert channel is not None
         for run in self.runs.values():
@@ -544,6 +559,7 @@ class CellRun:
                     self._check_liveness()
                     raise PoolLost(Unsent.of(run.rank, "asked to leave Horovod's collectives", exc)) from None
                 run.join_sent = True
+                run.answers_due += 1
 
     def _advance_wind_down(self) -> None:
         now = time.monotonic()
@@ -568,8 +584,9 @@ class CellRun:
                 r.signal_sent = True
         self._send_joins()
         if self.pool.backends.may_strand():
+            declined_at = self._decline()
             signaled = {
-                r.rank: (r.signaled_at, r.waiting)
+                r.rank: (max(r.signaled_at, declined_at), r.waiting)
                 for r in self.runs.values()
                 if r.state == "running" and r.signaled_at is not None
             }
@@ -579,6 +596,31 @@ class CellRun:
         if self._overdue():
             stuck = [r.rank for r in self.runs.values() if r.state == "running" or not r.joined]
             raise PoolLost(Overdue.of(stuck, self.pool.options.fail_timeout))
+
+    def _decline(self) -> float:
+        """Ranks still running that each wait in the check before a torch.distributed collective, after their
+        interrupt, while the others' cells ended: those others decline the check (wire.Decline), which releases
+        the waiting ranks with the group in step and every process kept (an interrupt cannot: Gloo holds them).
+        When that was sent (0: not sent)."""
+        runs = self.runs.values()
+        running = [r for r in runs if r.state == "running"]
+        free = [r for r in runs if r.state in ("ok", "error", "stopped")]  # a dead rank answers nothing
+        if self._declined_at or not running or not free:
+            return self._declined_at
+        if not all(r.signaled_at and r.waiting is not None and r.waiting.agreeing for r in running):
+            return 0.0
+        channel = self.pool.channel
+        assert channel is not None
+        for r in free:
+            try:
+                channel.send(r.rank, wire.Decline(self.number))
+            except ChannelError as exc:
+                self._check_liveness()
+                raise PoolLost(Unsent.of(r.rank, "asked to release its peers' collective", exc)) from None
+            r.declined, r.joined = True, False  # it says Joined, with the collectives it entered since
+            r.answers_due += 1
+        self._declined_at = time.monotonic()
+        return self._declined_at
 
     def _overdue(self) -> bool:
         return self.hard_deadline is not None and time.monotonic() > self.hard_deadline

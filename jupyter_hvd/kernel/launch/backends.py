@@ -43,7 +43,8 @@ class Backends:
 
     def may_strand(self) -> bool:
         """Whether a rank can be stuck in a collective no join releases: torch.distributed has none (Horovod's join
-        releases its own), so ranks stuck in one of its collectives are restarted."""
+        releases its own); its ranks waiting in the check before one are released by a Decline, those stuck inside
+        one are restarted."""
         return self.torch_distributed
 
     def timeline_missing(self) -> str:
