@@ -1,11 +1,13 @@
 """How fast a 2-rank pool recovers: first exception -> cell end, interrupt -> cell end, kill -9 -> cell end,
 %hvd_restart. Real kernel, real MPI ranks. With --torch, on a --torch-distributed pool: a raise while the other rank
-waits in dist.all_reduce -> cell end (the pool restarts: Gloo cannot cancel it), and uneven DDP batches -> cell end.
+waits in dist.all_reduce -> cell end, one dist.all_reduce too many on rank 1 -> cell end (both with every process
+kept: the ranks whose cell ended decline the check the other waits in), and uneven DDP batches -> cell end (a
+restart: DDP's allreduce runs in C++, unchecked, and Gloo cannot cancel it).
 
     python bench/failure_latency.py [--repeats 10] [--torch]
 
 Targets (the tests assert only that each cell ends by itself, with the right words): a raise during an allreduce
-within 1 s; during a dist.all_reduce within 10 s (a restart); uneven DDP batches within 15 s.
+within 1 s; during a dist.all_reduce within 2 s; uneven DDP batches within 15 s.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ RAISE = "%%hvd --no-plot\nif rank == 1:\n    raise ValueError('injected')\nhvd.a
 LOOP = "%%hvd --no-plot\nfor i in range(10**6):\n    hvd.allreduce(torch.ones(256), name=f'loop.{i}')\n"
 HEALTHY = "%%hvd --no-plot\nassert hvd.allreduce(torch.ones(1), name='ok', op=hvd.Sum).item() == 2"
 TORCH_RAISE = "%%hvd --no-plot\nif rank == 1:\n    raise ValueError('injected')\nx = torch.ones(2)\ndist.all_reduce(x)"
+TORCH_TOO_MANY = "%%hvd --no-plot\nx = torch.ones(2)\ndist.all_reduce(x)\nif rank == 1:\n    dist.all_reduce(x)"
+PIDS = "%%hvd --ranks all --no-plot\nimport os\nprint('pid', os.getpid())"
 DDP_SETUP = """%%hvd --setup
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -45,14 +49,19 @@ UNEVEN = (
 def torch_cases(repeats: int) -> None:
     """A raise in a torch collective, and uneven DDP batches, on a --torch-distributed pool."""
     k = Kernel()
-    found: dict[str, list[float]] = {"raise": [], "uneven": []}
+    found: dict[str, list[float]] = {"raise": [], "too many": [], "uneven": []}
     try:
         k.run("%load_ext jupyter_hvd")
         assert k.run("%hvd_start -np 2 --torch-distributed", timeout=300).status == "ok"
         for _ in range(repeats):
+            pids = sorted(k.run(PIDS).stdout.split())
             r = k.run(TORCH_RAISE, timeout=120)
             assert r.status == "error" and "rank 1: ValueError: injected" in r.error_text, r.error_text
             found["raise"].append(r.finished - r.started)
+            r = k.run(TORCH_TOO_MANY, timeout=120)
+            assert r.status == "error" and "Collectives did not match" in r.error_text, r.error_text
+            found["too many"].append(r.finished - r.started)
+            assert sorted(k.run(PIDS).stdout.split()) == pids, "the pool restarted"
             assert k.run(DDP_SETUP).status == "ok"
             r = k.run(UNEVEN, timeout=120)
             assert r.status == "error" and "Collectives did not match" in r.error_text, r.error_text
@@ -62,8 +71,9 @@ def torch_cases(repeats: int) -> None:
     finally:
         k.shutdown()
     labels = {
-        "raise": "torch: rank 1 raises, rank 0 in dist.all_reduce: cell start -> cell end (restart included)",
-        "uneven": "torch: uneven DDP batches: cell start -> cell end",
+        "raise": "torch: rank 1 raises, rank 0 in dist.all_reduce: cell start -> cell end (processes kept)",
+        "too many": "torch: one dist.all_reduce too many on rank 1: cell start -> cell end (processes kept)",
+        "uneven": "torch: uneven DDP batches: cell start -> cell end (restart included)",
     }
     rows = []
     for key, label in labels.items():

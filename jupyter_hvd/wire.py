@@ -39,9 +39,6 @@ KEY_BYTES = 32
 # envelope), so junk cannot make the kernel hold more than a few of these per connection.
 MAX_MESSAGE_BYTES = 8 * 2**20
 KERNEL = b"kernel"  # the sender of requests
-# The kind of a rank's wait (Waiting.wait["kind"]) in the ranks' check before a torch.distributed collective: peers
-# whose cell ended release it (Decline).
-AGREEING = "agreeing"
 
 # ---- messages: kernel -> one rank (requests) ---------------------------------------------------------------
 
@@ -70,11 +67,15 @@ class Join:
 
 @dataclass(frozen=True)
 class Decline:
-    """This rank's cell has ended and it has joined, while its peers wait in the check before a torch.distributed
-    collective: take part in that check calling nothing (they raise, the group stays in step), then say Joined
-    again, with the collectives entered since."""
+    """This rank's cell has ended while its peers wait for it in torch.distributed: at the check before a collective
+    (`agreeing_at`: the group's sequence number there), where it takes part calling nothing (they raise); or for
+    asynchronous allreduces (`owed`: [sequence number, elements, dtype] each), which it completes with zeros, as a
+    rank that joined Horovod does. Only where its own sequence number is that one (the group stays in step). Then
+    Joined, with the collectives entered since."""
 
     cell: int
+    agreeing_at: int | None = None
+    owed: tuple[tuple[int, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -353,8 +354,10 @@ class CellEnded:
 
 @dataclass(frozen=True)
 class Waiting:
-    """The cell's main thread has waited in a collective for a while (`wait`: name, waited, number), or no longer
-    does (`wait` None)."""
+    """The cell's main thread has waited in a collective for a while (`wait`: name, waited, number, kind), or no
+    longer does (`wait` None). Waits that peers whose cell ended can release (Decline) say so: "agreeing_at", the
+    torch group's sequence number at the ranks' check before a collective; "owed", the asynchronous allreduces it
+    waits for (DDP's buckets), [sequence number, elements, dtype] each, in launch order."""
 
     rank: int
     cell: int | None

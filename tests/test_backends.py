@@ -45,7 +45,7 @@ class Fake:
         self.calls.append("leave")
         return dict(self._leave)
 
-    def decline(self) -> dict[str, Any]:
+    def decline(self, agreeing_at: int | None, owed: tuple[tuple[int, int, str], ...]) -> dict[str, Any]:
         self.calls.append("decline")
         return {"ok": True, "in_flight": 0, "entered": 7 if self.name == "dist" else -1}
 
@@ -101,7 +101,7 @@ def test_a_failed_join_is_what_the_kernel_hears_and_in_flight_ops_add_up() -> No
 def test_a_decline_asks_every_backend_and_says_the_collectives_entered() -> None:
     first, second = horovod(), torch_distributed()
     backend.choose([first, second])
-    assert backend.decline()["entered"] == 7  # torch.distributed's count, which the kernel compares across ranks
+    assert backend.decline(3, ())["entered"] == 7  # torch.distributed's count, which the kernel compares across ranks
     assert first.calls == second.calls == ["decline"]
 
 

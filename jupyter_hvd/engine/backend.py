@@ -40,9 +40,9 @@ class Backend(Protocol):
         {"ok": bool, "in_flight": ops still pending, "seconds": float} (or "error"), and "entered": the collectives
         entered so far, where the library counts them (the kernel compares the ranks')."""
 
-    def decline(self) -> dict[str, Any]:
-        """After this rank's cell ended, while peers wait in the library's check before a collective: take part in
-        the check calling nothing, so they raise instead of waiting; as leave_collectives answers."""
+    def decline(self, agreeing_at: int | None, owed: tuple[tuple[int, int, str], ...]) -> dict[str, Any]:
+        """After this rank's cell ended, while peers wait for it (wire.Decline): at the library's check before a
+        collective, or for allreduces it owes them; as leave_collectives answers."""
 
     def average(self, local: Any, name: str) -> Any:
         """`local` (a float64 tensor) averaged over the ranks, as a collective named `name` where names exist."""
@@ -111,11 +111,11 @@ def leave_collectives() -> dict[str, Any]:
     return {"ok": True, "in_flight": in_flight, "entered": entered, "seconds": time.perf_counter() - t0}
 
 
-def decline() -> dict[str, Any]:
+def decline(agreeing_at: int | None, owed: tuple[tuple[int, int, str], ...]) -> dict[str, Any]:
     t0 = time.perf_counter()
     entered = -1
     for backend in _chosen:
-        result = backend.decline()
+        result = backend.decline(agreeing_at, owed)
         if not result.get("ok"):
             return result
         entered = max(entered, int(result.get("entered", -1)))

@@ -201,7 +201,7 @@ class Channel:
         elif isinstance(message, Join):
             self._join(message.cell, backend.leave_collectives)
         elif isinstance(message, Decline):
-            self._join(message.cell, backend.decline)
+            self._join(message.cell, functools.partial(backend.decline, message.agreeing_at, message.owed))
         elif isinstance(message, Rest):
             result = self._interruptible_run(None, backend.rest)
             error = result.get("error")
@@ -430,9 +430,10 @@ class _CellText:
 _DISPLAY_CAP_NOTE = f"[jupyter-hvd] more displays than {DISPLAY_BYTES_PER_CELL // 2**20} MB in one cell: not shown"
 
 
-def _what(wait: dict[str, Any]) -> tuple[str, str]:
-    """A reported wait's collective and its kind: a torch.distributed call's check, then the call itself, are two."""
-    return wait["name"], wait.get("kind", "")
+def _what(wait: dict[str, Any]) -> tuple[str, bool, str]:
+    """What a reported wait is: its collective, whether it is the ranks' check before it (a torch.distributed call's
+    check, then the call itself, are two waits), and the allreduces it waits for (more as backward starts them)."""
+    return wait["name"], "agreeing_at" in wait, str(wait.get("owed", ""))
 
 
 def _within_limit(event: wire.Event, size: int) -> list[wire.Event]:

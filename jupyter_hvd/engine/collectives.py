@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import compat
-from ..wire import AGREEING as AGREEING  # the kind of a wait in the check before a torch collective
 
 WAIT_REPORT_S = 0.5  # a wait this long is reported to the kernel (shorter ones are a normal collective)
 
@@ -32,6 +31,7 @@ _started = 0  # ops started since the running cell began (any thread)
 _names: dict[int, tuple[str, str]] = {}  # handle -> (kind, tensor name), until the handle is waited for
 _kinds: dict[int, str] = {}  # thread id -> the kind of collective it waits in (allreduce, broadcast...)
 _waiting: dict[int, tuple[str, float, int]] = {}  # thread id -> (tensor name, monotonic since, ops started before)
+_seqs: dict[int, int] = {}  # thread id -> the torch group's sequence number of its wait in the ranks' check
 _users: dict[int, threading.Thread] = {}  # threads other than the main one that started a Horovod op
 _installed = False
 _waited = 0.0  # seconds the main thread has spent waiting in collectives, in all (for %%hvd --profile)
@@ -111,6 +111,21 @@ def waiting(name: str, before: int | None = None, kind: str = "") -> Iterator[No
         _waited_since(ident)
 
 
+@contextlib.contextmanager
+def agreeing(name: str, seq: int) -> Iterator[None]:
+    """This thread waits in the ranks' check before torch.distributed collective `name`, at the group's sequence
+    number `seq` (wire.Waiting's "agreeing_at": peers whose cell ended can release it)."""
+    ident = threading.get_ident()
+    with _lock:
+        _seqs[ident] = seq
+    try:
+        with waiting(name):
+            yield
+    finally:
+        with _lock:
+            _seqs.pop(ident, None)
+
+
 def _waited_since(ident: int) -> None:
     """A wait of thread `ident` ended."""
     global _waited
@@ -126,18 +141,23 @@ def waited_total() -> float:
 
 
 _pending: dict[int, tuple[str, float, int]] = {}  # collectives started in C++ (DDP's buckets) -> since when
+_owed: dict[int, tuple[int, int, str]] = {}  # of those, allreduces a peer could complete: (seq, elements, dtype)
 
 
-def pending(key: int, name: str) -> None:
-    """A collective that no Python thread waits in started (a DDP bucket's allreduce, during backward)."""
+def pending(key: int, name: str, owed: tuple[int, int, str] | None = None) -> None:
+    """A collective that no Python thread waits in started (a DDP bucket's allreduce, during backward); `owed`: an
+    allreduce at that sequence number of the torch group, of that many elements of that dtype."""
     with _lock:
         _pending[key] = (name, time.monotonic(), _started)
+        if owed is not None:
+            _owed[key] = owed
 
 
 def done(key: int) -> None:
     """That collective completed."""
     with _lock:
         _pending.pop(key, None)
+        _owed.pop(key, None)
 
 
 def begin_cell() -> None:
@@ -161,23 +181,23 @@ def started() -> int:
 def main_thread_wait(at_least: float = WAIT_REPORT_S) -> dict[str, Any] | None:
     """The collective the main thread (the cell) has waited in for at least `at_least` seconds, if any."""
     main = threading.main_thread().ident or 0
+    detail: dict[str, Any] = {}
     with _lock:
         entry = _waiting.get(main)
         kind = _kinds.get(main, "") if entry is not None else ""
+        if entry is not None and main in _seqs:
+            detail["agreeing_at"] = _seqs[main]
         if entry is None and _pending:  # backward waits for DDP's buckets in C++: the oldest pending one
             entry = min(_pending.values(), key=lambda e: e[1])
+            if set(_owed) == set(_pending):  # every one is an allreduce a peer could complete
+                detail["owed"] = sorted(_owed.values())
     if entry is None:
         return None
     name, since, before = entry
     waited = time.monotonic() - since
     if waited < at_least:
         return None
-    return {
-        "name": name,
-        "waited": waited,
-        "number": before,
-        "kind": kind,
-    }
+    return {"name": name, "waited": waited, "number": before, "kind": kind, **detail}
 
 
 def busy() -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from .ranks import Rank, format_ranks
 
@@ -83,7 +83,20 @@ class Wait:
     name: str
     number: int | None
     since: float  # kernel clock (monotonic)
-    agreeing: bool = False  # in the ranks' check before a torch.distributed collective: a peer's Decline releases it
+    # What peers whose cell ended can release with a Decline (wire.Decline): a wait in the ranks' check before a
+    # torch.distributed collective at this sequence number of the group, or for these allreduces (DDP's buckets).
+    agreeing_at: int | None = None
+    owed: tuple[tuple[int, int, str], ...] = ()
+
+    @classmethod
+    def reported(cls, rank: int, wait: Mapping[str, Any], now: float) -> Wait:
+        """A wait as a rank reported it (wire.Waiting)."""
+        owed = tuple((int(q), int(n), str(d)) for q, n, d in wait.get("owed", ()))
+        agreeing_at = wait.get("agreeing_at")
+        return cls(rank, str(wait.get("name")), wait.get("number"), now - wait["waited"], agreeing_at, owed)
+
+    def releasable(self) -> bool:
+        return self.agreeing_at is not None or bool(self.owed)
 
     def words(self) -> str:
         return f"rank {self.rank} waits in '{self.name}' (its collective #{self.number})"

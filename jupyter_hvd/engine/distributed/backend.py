@@ -40,8 +40,8 @@ class TorchDistributed:
         # Nothing to release; how many collectives this rank entered tells the kernel whether one was left behind.
         return {"ok": True, "last_joined": -1, "in_flight": 0, "entered": hooks.entered(), "seconds": 0.0}
 
-    def decline(self) -> dict[str, Any]:
-        hooks.decline()
+    def decline(self, agreeing_at: int | None, owed: tuple[tuple[int, int, str], ...]) -> dict[str, Any]:
+        hooks.decline(agreeing_at, owed)
         return {"ok": True, "in_flight": 0, "entered": hooks.entered(), "seconds": 0.0}
 
     def average(self, local: Any, name: str) -> Any:

@@ -76,15 +76,31 @@ def entered() -> int:
 
 _installed = False
 _gather: Any = None  # torch.distributed's own all_gather, for the ranks' check; None where the check is off
+_real: dict[str, Callable[..., Any]] = {}  # torch.distributed's own collectives, unwatched, by name
 
 
-def decline() -> None:
-    """This rank's cell ended while its peers wait in the check before a collective: release them (matching.py)."""
+def decline(agreeing_at: int | None, owed: tuple[tuple[int, int, str], ...]) -> None:
+    """This rank's cell ended while its peers wait for it: in the ranks' check before a collective at sequence number
+    `agreeing_at` (it takes part calling nothing: matching.py), or for allreduces `owed` (it completes them with
+    zeros, as Horovod's join does). Nothing where this rank's own sequence number is not that one: its collective
+    would pair with another (Gloo pairs them by that number), and the kernel restarts the pool instead."""
+    import torch
     import torch.distributed as dist
 
-    if _gather is None or not dist.is_initialized() or dist.get_backend() != "gloo" or dist.get_world_size() < 2:
+    if not dist.is_initialized() or dist.get_backend() != "gloo" or dist.get_world_size() < 2:
         return
-    matching.decline(_gather)
+    if agreeing_at is not None and _gather is not None and entered() == agreeing_at:
+        matching.decline(_gather)
+    for seq, elements, dtype in owed:
+        if entered() != seq or not hasattr(torch, dtype):
+            return
+        _real["all_reduce"](torch.zeros(elements, dtype=getattr(torch, dtype)))
+
+
+def _is_default_group(group: Any) -> bool:
+    import torch.distributed as dist
+
+    return group is None or group is dist.group.WORLD or group is dist.distributed_c10d._get_default_group()
 
 
 def install() -> None:
@@ -99,6 +115,7 @@ def install() -> None:
     for name in COLLECTIVES:
         real = getattr(dist, name, None)
         if real is not None:
+            _real[name] = real
             setattr(dist, name, _watched(real, name, _gather))
     _time_ddp()
     _installed = True
@@ -114,7 +131,7 @@ def _watched(real: Callable[..., Any], name: str, gather: Any) -> Callable[..., 
             return real(*args, **kwargs)
         if gather is not None:
             # A wait here, while a peer's cell has ended, is released by that peer's decline (matching.decline).
-            with collectives.waiting(kind, kind=collectives.AGREEING):
+            with collectives.agreeing(kind, entered()):
                 matching.check(name, real, args, kwargs, gather)  # a mismatch raises on every rank, not in Gloo
         with collectives.waiting(kind):
             if threading.get_ident() == threading.main_thread().ident:
@@ -141,7 +158,7 @@ def _time_ddp() -> None:
         if not getattr(self, "_jupyter_hvd_hooked", False):
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-            real_register(self, self.process_group, _timed_hook(default_hooks.allreduce_hook))
+            real_register(self, self.process_group, _timed_hook(default_hooks.allreduce_hook, plain=True))
             self._jupyter_hvd_hooked = True
         pace.ddp_step()
         return real_forward(self, *args, **kwargs)
@@ -155,13 +172,20 @@ def _time_ddp() -> None:
     DDP.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
 
 
-def _timed_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
+def _timed_hook(hook: Callable[..., Any], plain: bool = False) -> Callable[..., Any]:
+    """`hook` timed; `plain`: it is torch's allreduce hook, so a rank waiting for it on the default group is owed an
+    allreduce of the bucket's size and dtype, which peers whose cell ended can complete (decline())."""
+
     @functools.wraps(hook)
     def timed(state: Any, bucket: Any) -> Any:
         start = time.perf_counter()
         key = id(bucket)
         collectives.started_one("DDP gradient allreduce")
-        collectives.pending(key, f"DDP gradient allreduce (bucket {bucket.index()})")
+        owed = None
+        if plain and _is_default_group(state):
+            buffer = bucket.buffer()
+            owed = (entered(), int(buffer.numel()), str(buffer.dtype).removeprefix("torch."))
+        collectives.pending(key, f"DDP gradient allreduce (bucket {bucket.index()})", owed)
         future = hook(state, bucket)
 
         def done(f: Any) -> Any:

@@ -87,7 +87,7 @@ class Horovod:
             _forget_pending_gradients()
         return {"ok": True, "last_joined": int(last), "in_flight": in_flight, "seconds": time.perf_counter() - t0}
 
-    def decline(self) -> dict[str, Any]:
+    def decline(self, agreeing_at: int | None, owed: tuple[tuple[int, int, str], ...]) -> dict[str, Any]:
         return {"ok": True, "in_flight": 0}  # Horovod checks its ops in its coordinator, and its join releases them
 
     def _settle(self, seconds: float) -> int:

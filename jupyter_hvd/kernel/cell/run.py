@@ -378,17 +378,7 @@ class CellRun:
                 self._finished(run, ev.record)
         elif isinstance(ev, wire.Waiting):
             wait = ev.wait
-            run.waiting = (
-                Wait(
-                    ev.rank,
-                    str(wait.get("name")),
-                    wait.get("number"),
-                    time.monotonic() - wait["waited"],
-                    wait.get("kind") == wire.AGREEING,
-                )
-                if wait
-                else None
-            )
+            run.waiting = Wait.reported(ev.rank, wait, time.monotonic()) if wait else None
         elif isinstance(ev, wire.Interrupted):
             run.interrupt_taken = True
         elif isinstance(ev, wire.Joined):
@@ -598,22 +588,28 @@ class CellRun:
             raise PoolLost(Overdue.of(stuck, self.pool.options.fail_timeout))
 
     def _decline(self) -> float:
-        """Ranks still running that each wait in the check before a torch.distributed collective, after their
-        interrupt, while the others' cells ended: those others decline the check (wire.Decline), which releases
-        the waiting ranks with the group in step and every process kept (an interrupt cannot: Gloo holds them).
-        When that was sent (0: not sent)."""
+        """Ranks still running that all wait for the same thing in torch.distributed after their interrupt (the
+        check before a collective, or allreduces of DDP's buckets), while the others' cells ended: those others
+        decline it (wire.Decline), which releases the waiting ranks with the group in step and every process kept
+        (an interrupt cannot: Gloo holds them). When that was sent (0: not sent)."""
         runs = self.runs.values()
         running = [r for r in runs if r.state == "running"]
         free = [r for r in runs if r.state in ("ok", "error", "stopped")]  # a dead rank answers nothing
         if self._declined_at or not running or not free:
             return self._declined_at
-        if not all(r.signaled_at and r.waiting is not None and r.waiting.agreeing for r in running):
+        # Only once each has its SIGINT: it raises the moment its wait returns, before its cell goes on (a step).
+        waits = [r.waiting for r in running if r.interrupt_taken or r.signal_sent]
+        if len(waits) < len(running) or any(w is None or not w.releasable() for w in waits):
             return 0.0
+        first = waits[0]
+        assert first is not None
+        if any(w is None or (w.agreeing_at, w.owed) != (first.agreeing_at, first.owed) for w in waits):
+            return 0.0  # they wait for different things: no one decline releases them all
         channel = self.pool.channel
         assert channel is not None
         for r in free:
             try:
-                channel.send(r.rank, wire.Decline(self.number))
+                channel.send(r.rank, wire.Decline(self.number, first.agreeing_at, first.owed))
             except ChannelError as exc:
                 self._check_liveness()
                 raise PoolLost(Unsent.of(r.rank, "asked to release its peers' collective", exc)) from None
