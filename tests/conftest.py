@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +144,42 @@ def pool(ip: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
             ip.run_line_magic("hvd_stop", "")
 
 
+# A kernel takes 3-7 s to start with its warm template (torch and Horovod imported), mostly while the test before it
+# waits on ranks: each worker starts the next test's kernel in the background and hands it over when asked.
+_starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="next-kernel")
+_next_kernel: Future[Kernel] | None = None
+
+
+def new_kernel() -> Kernel:
+    """A fresh real kernel with jupyter_hvd loaded and its warm template ready (jupyter_hvd.testing.Kernel()), as
+    `Kernel()` gives, started while the test before ran; the next one starts now."""
+    global _next_kernel
+    started, _next_kernel = _next_kernel, _starter.submit(Kernel)
+    k = None
+    if started is not None:
+        try:
+            k = started.result(timeout=120)
+        except Exception:
+            k = None
+        if k is not None and not k.km.is_alive():
+            k = None
+    return k if k is not None else Kernel()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_kernel_left() -> Iterator[None]:
+    yield
+    if _next_kernel is not None:
+        try:
+            _next_kernel.result(timeout=120).shutdown()
+        except Exception:
+            pass
+
+
 @pytest.fixture
 def kernel() -> Iterator[Kernel]:
     """A fresh real kernel, shut down after the test."""
-    k = Kernel()
+    k = new_kernel()
     try:
         yield k
     finally:

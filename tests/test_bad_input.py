@@ -8,7 +8,7 @@ import sys
 
 import psutil
 import pytest
-from conftest import Kernel, pool_processes, script_env, wait_until_gone
+from conftest import Kernel, new_kernel, pool_processes, script_env, wait_until_gone
 from IPython.core.error import UsageError
 
 from jupyter_hvd.kernel import owner as pools
@@ -96,7 +96,7 @@ def test_horovod_missing_on_the_engines_gives_a_torch_distributed_pool(tmp_path)
 
 
 def test_output_flood_is_capped_and_memory_bounded():
-    k = Kernel()
+    k = new_kernel()
     try:
         assert k.run("%load_ext jupyter_hvd\n%hvd_start -np 2").status == "ok"
         kernel = psutil.Process(k.pid)

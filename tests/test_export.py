@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 
-from conftest import Kernel, run_under_mpirun, wait_until_gone
+from conftest import new_kernel, run_under_mpirun, wait_until_gone
 
 
 def test_the_export_is_the_notebook_as_it_ran_and_mpirun_prints_what_the_cells_printed(tmp_path):
     out_dir = tmp_path / "ckpt"
-    k = Kernel()
+    k = new_kernel()
     try:
         r = k.run(
             "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2 --env JHVD_MARK=pool-env",

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Kernel, wait_until_gone
+from conftest import new_kernel, wait_until_gone
 
 
 def test_ranks_that_disagree_about_resting_never_block_each_other():
-    k = Kernel()
+    k = new_kernel()
     try:
         r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
         assert r.status == "ok", r.error_text
@@ -35,7 +35,7 @@ def test_ranks_that_disagree_about_resting_never_block_each_other():
 
 def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_replay_says_so(tmp_path):
     slow = tmp_path / "slow"
-    k = Kernel()
+    k = new_kernel()
     try:
         r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
         assert r.status == "ok", r.error_text
@@ -85,7 +85,7 @@ def test_sidebar_actions_leave_a_line_in_the_notebook_and_a_stop_during_the_repl
 
 
 def test_the_sidebars_restart_during_a_cell_ends_it_as_a_restart_not_an_interrupt():
-    k = Kernel()
+    k = new_kernel()
     try:
         r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
         assert r.status == "ok", r.error_text
@@ -111,7 +111,7 @@ def test_the_sidebars_restart_during_a_cell_ends_it_as_a_restart_not_an_interrup
 
 
 def test_what_a_users_thread_prints_between_cells_is_shown_under_the_next_cell(tmp_path: Path) -> None:
-    k = Kernel()
+    k = new_kernel()
     try:
         r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
         assert r.status == "ok", r.error_text
@@ -144,7 +144,7 @@ def test_what_a_users_thread_prints_between_cells_is_shown_under_the_next_cell(t
 
 
 def test_a_stop_while_a_restart_launches_engines_leaves_no_process():
-    k = Kernel()
+    k = new_kernel()
     try:
         r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
         assert r.status == "ok", r.error_text

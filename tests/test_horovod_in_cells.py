@@ -10,14 +10,14 @@ import json
 import time
 
 import pytest
-from conftest import Kernel, wait_until_gone
+from conftest import Kernel, new_kernel, wait_until_gone
 
 ALLREDUCE = "%%hvd\nprint('sum', hvd.allreduce(torch.tensor([rank + 1.0]), op=hvd.Sum, name='check').item())"
 
 
 @pytest.fixture
 def k():
-    kernel = Kernel()
+    kernel = new_kernel()
     r = kernel.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
     assert r.status == "ok", r.error_text
     yield kernel
@@ -161,7 +161,7 @@ def test_horovods_queries_answer_while_it_rests_and_while_it_stops():
     """hvd.rank(), hvd.cross_rank() and the like answer the same on every call while Horovod rests, starts again and
     stops (the ranks vote to rest, and another rank's stop may end this rank's Horovod before its own): a script's
     rank checks never fail because the pool is idle. Rests every 0.5 s or so with --rest-after 0.2."""
-    kernel = Kernel()
+    kernel = new_kernel()
     try:
         r = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2 --rest-after 0.2", timeout=120)
         assert r.status == "ok", r.error_text

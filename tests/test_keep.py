@@ -13,7 +13,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import Kernel, needs, run_under_mpirun, wait_until_gone
+from conftest import Kernel, needs, new_kernel, run_under_mpirun, wait_until_gone
 
 SETUP = """%%hvd --setup
 import torch.nn.functional as F
@@ -85,7 +85,7 @@ def same(a: dict, b: dict) -> bool:
 @pytest.fixture(scope="module")
 def baseline():
     """The same cells, run without a crash: the losses printed and every rank's final weights."""
-    k = Kernel()
+    k = new_kernel()
     try:
         start(k)
         r = k.run(TRAIN.replace("CRASH_AT", "-1"), timeout=120)
@@ -96,7 +96,7 @@ def baseline():
 
 
 def test_a_crash_mid_cell_comes_back_from_the_last_commit_and_training_ends_bit_for_bit(baseline):
-    k = Kernel()
+    k = new_kernel()
     try:
         start(k)
         crashed = k.run(TRAIN.replace("CRASH_AT", "3"), timeout=180)
@@ -123,7 +123,7 @@ def test_a_crash_mid_cell_comes_back_from_the_last_commit_and_training_ends_bit_
 
 
 def test_a_restart_asked_for_keeps_the_weights_and_the_setup_journal_follows_the_cell_ids(tmp_path):
-    k = Kernel()
+    k = new_kernel()
     try:
         start(k)
         assert k.run(TRAIN.replace("CRASH_AT", "-1"), timeout=120).status == "ok"
@@ -153,7 +153,7 @@ def test_a_restart_asked_for_keeps_the_weights_and_the_setup_journal_follows_the
 def test_what_cannot_come_back_is_named_and_the_pool_works_without_it(tmp_path):
     data = tmp_path / "data.txt"
     data.write_text("4")
-    k = Kernel()
+    k = new_kernel()
     try:
         start(k)
         assert k.run(f"%%hvd --setup\nn = int(open({str(data)!r}).read())").status == "ok"
@@ -173,7 +173,7 @@ def test_what_cannot_come_back_is_named_and_the_pool_works_without_it(tmp_path):
 
 
 def test_the_notebook_exports_as_a_script_that_mpirun_runs_to_the_same_numbers(baseline, tmp_path):
-    k = Kernel()
+    k = new_kernel()
     try:
         start(k)
         assert k.run("%%hvd\nx = 1\nassert rank == 0, 'only rank 0'").status == "error"  # a failed cell: left out

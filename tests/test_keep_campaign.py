@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import Kernel, wait_until_gone
+from conftest import new_kernel, wait_until_gone
 
 from jupyter_hvd.testing.keep_campaign import campaign
 
@@ -17,7 +17,7 @@ from jupyter_hvd.testing.keep_campaign import campaign
 @pytest.mark.timeout(900)  # 30 cycles of restarts: about 3-5 minutes on 2 cores
 def test_every_restart_brings_back_each_ranks_state_or_names_what_it_could_not(tmp_path):
     cycles = int(os.environ.get("HVD_KEEP_CYCLES", "30"))
-    k = Kernel()
+    k = new_kernel()
     try:
         r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'off'\n%hvd_start -np 2", timeout=120)
         assert r.status == "ok", r.error_text

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Kernel, wait_until_gone
+from conftest import Kernel, new_kernel, wait_until_gone
 
 START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2"
 
@@ -57,7 +57,7 @@ def per_rank(k: Kernel, code: str = REPORT) -> list[dict]:
 
 @pytest.fixture
 def kernel():
-    k = Kernel()
+    k = new_kernel()
     yield k
     k.shutdown()
     assert wait_until_gone(f"hvd-{k.pid}-") == []

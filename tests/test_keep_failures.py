@@ -12,14 +12,14 @@ import threading
 import time
 
 import pytest
-from conftest import Kernel, wait_until_gone
+from conftest import Kernel, new_kernel, wait_until_gone
 
 START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2"
 
 
 @pytest.fixture
 def kernel():
-    k = Kernel()
+    k = new_kernel()
     yield k
     k.shutdown()
     assert wait_until_gone(f"hvd-{k.pid}-") == []

@@ -18,7 +18,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import Kernel, needs, wait_until_gone
+from conftest import Kernel, needs, new_kernel, wait_until_gone
 
 START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2"
 
@@ -121,7 +121,7 @@ def assert_same(expected: list[dict], now: list[dict], said: str) -> None:
 
 @pytest.fixture
 def kernel():
-    k = Kernel()
+    k = new_kernel()
     k.run(START, timeout=120).check()
     yield k
     k.shutdown()
@@ -172,7 +172,7 @@ def test_hvd_rewind_to_a_tag_brings_back_every_write_on_every_rank(kernel):
 
 def test_a_snapshot_that_could_not_be_written_is_written_again_once_there_is_room():
     needs("" if os.geteuid() == 0 else "mounting a small file system for a full disk needs root")
-    k = Kernel()
+    k = new_kernel()
     kept = None
     try:
         k.run(START, timeout=120).check()

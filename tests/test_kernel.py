@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from conftest import Kernel, pool_processes, wait_until_gone
+from conftest import Kernel, new_kernel, pool_processes, wait_until_gone
 
 
 def start_pool(k: Kernel) -> str:
@@ -64,14 +64,14 @@ def test_hvd_stop_leaves_no_process(kernel):
 
 
 def test_kernel_shutdown_leaves_no_process():
-    k = Kernel()
+    k = new_kernel()
     prefix = start_pool(k)
     k.shutdown()
     assert wait_until_gone(prefix) == []
 
 
 def test_kernel_killed_leaves_no_process():
-    k = Kernel()
+    k = new_kernel()
     prefix = start_pool(k)
     os.kill(k.pid, signal.SIGKILL)
     t0 = time.monotonic()
@@ -83,7 +83,7 @@ def test_kernel_killed_leaves_no_process():
 
 
 def test_kernel_restart_leaves_no_process():
-    k = Kernel()
+    k = new_kernel()
     try:
         prefix = start_pool(k)
         k.km.restart_kernel(now=False)

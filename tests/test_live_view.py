@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import CellResult, Kernel
+from conftest import CellResult, Kernel, new_kernel
 
 from jupyter_hvd.digest import Digest
 from jupyter_hvd.metrics import parse_line
@@ -283,7 +283,7 @@ def saved_outputs(run: CellResult, until: float | None = None) -> list[Any]:
 @pytest.fixture(scope="module")
 def live() -> Iterator[Kernel]:
     """A real kernel whose %%hvd cells show the live widget, with a 2-rank pool; both stopped afterwards."""
-    k = Kernel()
+    k = new_kernel()
     try:
         k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'widget'\n%hvd_start -np 2", timeout=180).check()
         yield k

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import Kernel
+from conftest import new_kernel
 
 from jupyter_hvd.kernel.launch.options import config_table
 from jupyter_hvd.kernel.magics import HvdMagics, options_table
@@ -27,7 +27,7 @@ MAGICS = [
 
 @pytest.fixture(scope="module")
 def k():
-    kernel = Kernel()
+    kernel = new_kernel()
     assert kernel.run("%load_ext jupyter_hvd").status == "ok"
     try:
         yield kernel

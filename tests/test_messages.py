@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from conftest import Kernel
+from conftest import Kernel, new_kernel
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -18,7 +18,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 @pytest.fixture(scope="module")
 def k() -> Iterator[Kernel]:
     """A real kernel with a 2-rank pool; the cells show text (what a test reads), as nbclient's would."""
-    kernel = Kernel()
+    kernel = new_kernel()
     try:
         r = kernel.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
         assert r.status == "ok", r.error_text

@@ -14,14 +14,14 @@ import threading
 import time
 
 import pytest
-from conftest import Kernel
+from conftest import Kernel, new_kernel
 
 HEALTHY = "%%hvd\nprint('sum', hvd.allreduce(torch.tensor([rank + 1.0]), name='healthy', op=hvd.Sum).item())"
 
 
 @pytest.fixture(scope="module")
 def k():
-    kernel = Kernel()
+    kernel = new_kernel()
     r = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2 --timeout 20", timeout=120)
     assert r.status == "ok", r.error_text + r.stderr
     r = kernel.run("%%hvd\nkept = rank * 10")  # worker state that must survive what follows
@@ -142,7 +142,7 @@ def test_a_frozen_rank_is_named_within_the_timeout(k):
 def test_ctrl_c_twice_during_start_returns_and_leaves_nothing():
     from conftest import wait_until_gone
 
-    kernel = Kernel()
+    kernel = new_kernel()
     try:
         assert kernel.run("%load_ext jupyter_hvd").status == "ok"
 
@@ -170,7 +170,7 @@ def test_ctrl_c_twice_during_start_returns_and_leaves_nothing():
 def test_a_restart_that_fails_stops_the_pool_and_says_so():
     from conftest import wait_until_gone
 
-    kernel = Kernel()
+    kernel = new_kernel()
     try:
         assert kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2", timeout=120).status == "ok"
         r = kernel.run("%config HvdPool.mpiexec = '/nonexistent/mpiexec'\n%hvd_restart", timeout=60)

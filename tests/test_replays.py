@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from conftest import Kernel, wait_until_gone
+from conftest import Kernel, new_kernel, wait_until_gone
 
 START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2"
 
@@ -52,7 +52,7 @@ def no_traceback_of_ours(text: str) -> None:
 
 @pytest.fixture
 def kernel():
-    k = Kernel()
+    k = new_kernel()
     k.run(START, timeout=120).check()
     r = k.run(SETUP, inputs=["c"])
     assert r.status == "ok", r.error_text

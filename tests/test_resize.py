@@ -10,7 +10,7 @@ import re
 import time
 
 import pytest
-from conftest import Kernel, wait_until_gone
+from conftest import new_kernel, wait_until_gone
 
 SETUP = """%%hvd --setup
 import math
@@ -64,7 +64,7 @@ def losses(stdout: str) -> dict[int, list[str]]:
 
 @pytest.fixture
 def k():
-    kernel = Kernel()
+    kernel = new_kernel()
     r = kernel.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
     assert r.status == "ok", r.error_text
     yield kernel
@@ -216,7 +216,7 @@ print('whole', rank, dist.get_world_size(), f"{sum(t.sum().item() for t in full.
 
 
 def test_fsdp2_shards_are_laid_out_anew_from_two_ranks_to_three():
-    k = Kernel()
+    k = new_kernel()
     try:
         start = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2 --torch-distributed"
         r = k.run(start, timeout=120)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import VENV_BIN, Kernel, run_under_mpirun, script_env, wait_until_gone
+from conftest import VENV_BIN, Kernel, new_kernel, run_under_mpirun, script_env, wait_until_gone
 
 START = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2 --torch-distributed"
 
@@ -127,7 +127,7 @@ def same(a, b) -> bool:
 
 @pytest.fixture
 def kernel():
-    k = Kernel()
+    k = new_kernel()
     yield k
     k.shutdown()
     assert wait_until_gone(f"hvd-{k.pid}-") == []
@@ -266,7 +266,7 @@ def test_uneven_ddp_batches_are_named_with_torchs_remedy_and_cost_no_process(ker
 
 @pytest.fixture(scope="module")
 def ddp_baseline():
-    k = Kernel()
+    k = new_kernel()
     try:
         assert k.run(START, timeout=120).status == "ok"
         assert k.run(DDP_SETUP).status == "ok"
@@ -529,7 +529,7 @@ def test_a_pool_without_horovod_starts_and_trains_with_ddp(tmp_path, monkeypatch
         f'{{"argv": {json.dumps(argv)}, "display_name": "no horovod", "language": "python"}}'
     )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "share"))
-    k = Kernel()
+    k = new_kernel()
     try:
         r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
         assert r.status == "ok", r.error_text

@@ -18,7 +18,7 @@ import time
 import ipyparallel
 import psutil
 import pytest
-from conftest import Kernel
+from conftest import Kernel, new_kernel
 
 from jupyter_hvd.kernel.launch.template import STUB
 from jupyter_hvd.testing.faults import engines_of
@@ -55,7 +55,7 @@ def wait_ready(k: Kernel, timeout: float = 60) -> None:
 
 @pytest.fixture(scope="module")
 def k():
-    kernel = Kernel()
+    kernel = new_kernel()
     r = kernel.run("%load_ext jupyter_hvd", timeout=60)
     assert r.status == "ok", r.error_text
     wait_ready(kernel)
@@ -139,7 +139,7 @@ def test_without_a_template_the_pool_starts_cold(k: Kernel) -> None:
 
 
 def test_the_kernels_death_ends_the_template_and_its_engines() -> None:
-    kernel = Kernel()
+    kernel = new_kernel()
     r = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2 --timeout 60", timeout=120)
     assert r.status == "ok", r.error_text + r.stderr
     rows = probe(kernel)

@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from conftest import Kernel, wait_until_gone
+from conftest import Kernel, new_kernel, wait_until_gone
 
 HEALTHY = "%%hvd\nprint('healthy', hvd.allreduce(torch.ones(1), op=hvd.Sum, name='healthy').item())"
 STUCK = """%%hvd
@@ -31,7 +31,7 @@ hvd.allreduce(torch.ones(4), name='grad_sync')
 
 @pytest.fixture
 def kernel():
-    k = Kernel()
+    k = new_kernel()
     r = k.run(
         "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%config HvdPool.stall_check_s = 3\n"
         "%hvd_start -np 2",
