@@ -151,8 +151,9 @@ _next_kernel: Future[Kernel] | None = None
 
 
 def new_kernel() -> Kernel:
-    """A fresh real kernel with jupyter_hvd loaded and its warm template ready (jupyter_hvd.testing.Kernel()), as
-    `Kernel()` gives, started while the test before ran; the next one starts now."""
+    """A fresh real kernel with jupyter_hvd loaded and its warm template ready, as `Kernel()` gives, started while
+    the test before ran (with this process's environment then: a test that sets one for its kernel calls Kernel());
+    the next one starts now."""
     global _next_kernel
     started, _next_kernel = _next_kernel, _starter.submit(Kernel)
     k = None

@@ -529,7 +529,7 @@ def test_a_pool_without_horovod_starts_and_trains_with_ddp(tmp_path, monkeypatch
         f'{{"argv": {json.dumps(argv)}, "display_name": "no horovod", "language": "python"}}'
     )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "share"))
-    k = new_kernel()
+    k = Kernel()  # started now: it must see JUPYTER_PATH as set above
     try:
         r = k.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
         assert r.status == "ok", r.error_text
