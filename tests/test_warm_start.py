@@ -101,6 +101,26 @@ def test_a_killed_rank_is_seen_and_the_pool_restarts_warm(k: Kernel) -> None:
     assert all((row["warm"] or "").isdigit() for row in after.values())
 
 
+def test_a_killed_rank_is_named_though_mpiexec_says_nothing_of_it(k: Kernel) -> None:
+    # mpiexec names the stub it launched, and under load it was seen to say nothing of how a rank ended: the cell then
+    # said "Ranks 0-1 on vm died". The template that forked the engine records how it ended, and the kernel reads that.
+    before = probe(k)
+    mpiexec = next(p for p in psutil.Process(k.pid).children(recursive=True) if p.name() in ("mpiexec", "prterun"))
+
+    def kill(_res: object) -> None:
+        time.sleep(1.0)
+        mpiexec.suspend()  # busy elsewhere when the rank dies, as on a loaded machine: it prints no word of it
+        os.kill(before[1]["pid"], signal.SIGKILL)
+        time.sleep(1.5)
+        mpiexec.resume()
+
+    r = k.run("%%hvd\nimport time\nfor i in range(200):\n    time.sleep(0.05)\n", timeout=120, on_start=kill)
+    assert r.status == "error"
+    assert f"Rank 1 (pid {before[1]['pid']}, " in r.error_text, r.error_text
+    assert "died on signal 9 (Killed)" in r.error_text and "restarted" in r.error_text, r.error_text
+    assert sorted(probe(k)) == [0, 1]
+
+
 def test_mpiexec_ending_a_rank_ends_its_forked_engine(k: Kernel) -> None:
     rows = probe(k)
     engine = psutil.Process(rows[0]["pid"])

@@ -410,6 +410,7 @@ class Launcher:
                 log.debug("stop_cluster: %s", exc)
         self.kill_engines(ranks)
         state.kill_processes(self.tagged_processes())
+        template.forget_endings([r.pid for r in ranks])
         self.placement.cleanup()
 
     def let_reaper_go(self) -> None:
@@ -546,7 +547,19 @@ class Launcher:
         return "\n".join(lines[-limit:])
 
     def death_report(self, ranks: list[Rank]) -> str:
-        """Which rank died and how, from mpiexec's own message where it gave one."""
+        """Which rank died and how: the first of the ranks forked from the warm template to end, as it recorded;
+        else from mpiexec's own message where it gave one."""
+        ended = template.endings([r.pid for r in ranks])
+        if ended:
+            pid, (_, status) = min(ended.items(), key=lambda item: item[1][0])
+            first = next(r for r in ranks if r.pid == pid)
+            if os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+                name = signal.strsignal(sig) or ""
+                said = f"rank {first.rank} (pid {pid}, {first.host}) died on signal {sig}{f' ({name})' if name else ''}"
+                place = self.crash_place(pid)
+                return f"{said} {place}" if place else said
+            return f"rank {first.rank} exited with code {os.waitstatus_to_exitcode(status)}"
         out = self.mpiexec_output(200)
         by_pid = {r.pid: r.rank for r in ranks}
         # prterun wraps its message over lines: "... rank 0 with PID 123 on node vm exited on\nsignal 9 (Killed)."

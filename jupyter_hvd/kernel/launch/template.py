@@ -27,6 +27,7 @@ from ..channel import IPC_PATH_MAX
 log = logging.getLogger("jupyter_hvd")
 
 TEMPLATE_ENV = "JUPYTER_HVD_TEMPLATE"  # the stub's: where the template listens (processes/engine_stub.py)
+ENDED = "ended"  # the template's record of how each engine it forked ended (processes/template.py's record_end)
 ENGINE_CMD = [sys.executable, "-m", "jupyter_hvd.engine.main"]
 STUB = Path(__file__).resolve().parents[2] / "processes" / "engine_stub.py"
 # What Python or the loader read before the template's imports: an engine given other values must start cold.
@@ -114,6 +115,25 @@ class Template:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def endings(self, pids: list[int]) -> dict[int, tuple[float, int]]:
+        """How those of the engines `pids` that it forked and that ended did: pid -> (when, wait status)."""
+        found: dict[int, tuple[float, int]] = {}
+        if self.directory is None:
+            return found
+        for pid in pids:
+            try:
+                when, status = (self.directory / ENDED / str(pid)).read_text().split()
+                found[pid] = (float(when), int(status))
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def forget_endings(self, pids: list[int]) -> None:
+        """Those engines' endings were reported (or their pool stopped): their files go."""
+        if self.directory is not None:
+            for pid in pids:
+                (self.directory / ENDED / str(pid)).unlink(missing_ok=True)
 
     def ready(self) -> bool:
         """Whether it lives and its imports are done (a pool started now waits for no import)."""
