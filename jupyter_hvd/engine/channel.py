@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -260,7 +261,7 @@ class Channel:
             self.send(CellEnded(self.rank, request.cell, CellRecord(rank=self.rank, ok=False, error=error)))
         self.cell = None
 
-    def _join(self, cell: int, leave: Any) -> None:
+    def _join(self, cell: int, leave: Callable[[], dict[str, Any]]) -> None:
         result = self._interruptible_run(None, leave)
         ok, in_flight, error = bool(result.get("ok")), result.get("in_flight", 0), result.get("error")
         self.send(Joined(self.rank, cell, ok, in_flight, error, entered=result.get("entered", -1)))

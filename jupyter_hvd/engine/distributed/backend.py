@@ -1,6 +1,6 @@
 """torch.distributed as a pool's backend (engine/backend.py): its collectives and DDP's timed (hooks.py). It has no
-rest and no join: ranks waiting in the check before a collective are released by their peers' decline
-(matching.py); ranks stuck in a collective itself are restarted by the kernel.
+rest and no join: ranks waiting in the check before a collective, or for DDP's bucket allreduces, are released by
+their peers' decline (hooks.py); ranks stuck in a collective itself are restarted by the kernel.
 
 Imported on the engines only.
 """

@@ -6,9 +6,9 @@ Gloo and NCCL also keep to loopback, and a TCPStore that rank 0 serves on the po
 Watching: blocking collectives called from Python (`dist.all_reduce(...)`) are counted and their waits recorded, as
 Horovod's are (engine/collectives.py), so the kernel names ranks whose collectives do not match; DDP's gradient
 allreduce (started in C++ during backward) is timed by a communication hook, for the straggler check
-(engine/cell/pace.py). A rank waiting in the ranks' check before a collective is released by the peers whose cell
-ended (decline()); one inside a collective whose peer failed cannot be (Gloo and NCCL only end it when the peer's
-connection closes or the timeout passes), so the kernel restarts the pool instead.
+(engine/cell/pace.py). A rank waiting in the ranks' check before a collective, or for DDP's bucket allreduces, is
+released by the peers whose cell ended (decline()); one inside a collective whose peer failed cannot be (Gloo and
+NCCL only end it when the peer's connection closes or the timeout passes), so the kernel restarts the pool instead.
 
 Imported on the engines only.
 """

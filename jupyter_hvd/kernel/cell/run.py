@@ -7,9 +7,10 @@ KeyboardInterrupt. A rank's output always arrives before its end, so a finished 
 When a cell fails on some rank (or the user interrupts), the other ranks may be blocked in a collective that
 will never complete. The wind-down releases them the Horovod way: every rank is asked to `hvd.join()` once its
 cell has ended (a joined rank lets pending allreduces complete without it), and ranks still running after a
-short grace get SIGINT. torch.distributed has no join: ranks waiting in the check before one of its collectives are
-released by a Decline from the ranks whose cell ended, which take part in that check calling nothing (the group stays
-in step). When every rank has joined, the pool is healthy again. If that does not happen within
+short grace get SIGINT. torch.distributed has no join: ranks waiting in the check before one of its collectives, or
+for DDP's bucket allreduces, are released by a Decline from the ranks whose cell ended, which take part in that check
+calling nothing or complete those allreduces with zeros (the group stays in step). When every rank has joined, the
+pool is healthy again. If that does not happen within
 `--fail-timeout`, or an engine died, the pool is restarted with the same options.
 """
 
@@ -94,7 +95,6 @@ class _RankRun:
     join_sent: bool = False
     joined: bool = False  # it answered every Join and Decline sent to it
     answers_due: int = 0  # Joined events still to come from it, one per Join or Decline
-    declined: bool = False  # it was sent a Decline (its peers waited in the check before a torch collective)
     entered: int = -1  # torch.distributed collectives it had entered when it joined (-1: none counted)
     ended_after_failure: bool = False  # finished normally, but after another rank had failed
     finished_at: float | None = None
@@ -613,7 +613,7 @@ class CellRun:
             except ChannelError as exc:
                 self._check_liveness()
                 raise PoolLost(Unsent.of(r.rank, "asked to release its peers' collective", exc)) from None
-            r.declined, r.joined = True, False  # it says Joined, with the collectives it entered since
+            r.joined = False  # it says Joined again, with the collectives it entered since
             r.answers_due += 1
         self._declined_at = time.monotonic()
         return self._declined_at
