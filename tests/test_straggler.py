@@ -179,7 +179,8 @@ def test_an_even_run_names_nobody(ip, pool, capsys, tmp_path):
     data = json.loads(pool.file.path.read_text())
     assert data["straggler"] is None and named_after != named_after  # NaN: never named
     compute = [r["compute_ms"] for r in data["ranks"]]
+    assert all(c > 0 for c in compute), compute  # measured on every rank, and nobody named for it
+    # How alike the ranks' few milliseconds measure depends on what else runs on these 2 cores (2.4 against 5.0 ms
+    # once, beside the other worker's tests): a timing, not a behaviour. That a wait is not counted as compute is
+    # asserted above, at a 30 ms scale.
     print(f"compute per step (ms) by rank: {compute}")
-    # The ranks measure alike (loosely: other processes share this machine's cores). The detector's threshold is
-    # tested above; here one rank's wait counted as compute would show.
-    assert max(compute) < 2 * min(compute), compute
