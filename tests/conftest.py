@@ -188,6 +188,53 @@ def kernel() -> Iterator[Kernel]:
             k.shutdown()
 
 
+class PoolKernel:
+    """A kernel that ran a module's POOL_SETUP, handed to one test after another while each leaves it healthy: a pool
+    start and a kernel cost about 10 s of the 2 cores, and a test that ends with its pool answering has nothing to
+    clean up. Before each test the module's POOL_CHECK cell must print POOL_CHECK_SAYS (every rank answers); otherwise
+    the kernel is shut down (nothing of it may be left) and a new one set up. For tests that change no config, keep
+    no name and mark no setup cell: what they leave in the ranks' namespaces the next test may see."""
+
+    def __init__(self, setup: str, check: str, says: str) -> None:
+        self.setup, self.check, self.says = setup, check, says
+        self.k: Kernel | None = None
+
+    def get(self) -> Kernel:
+        if self.k is not None and self.k.km.is_alive():
+            r = self.k.run(self.check, timeout=60)
+            if r.status == "ok" and self.says in r.stdout:
+                return self.k
+        self.close()
+        k = self.k = new_kernel()
+        r = k.run(self.setup, timeout=120)
+        assert r.status == "ok", r.error_text + r.stderr
+        return k
+
+    def close(self) -> None:
+        k, self.k = self.k, None
+        if k is not None:
+            if k.km.is_alive():
+                k.shutdown()
+            assert wait_until_gone(f"hvd-{k.pid}-") == []
+
+
+@pytest.fixture(scope="module")
+def _module_pool_kernel(request: pytest.FixtureRequest) -> Iterator[PoolKernel]:
+    m = request.module
+    shared = PoolKernel(m.POOL_SETUP, m.POOL_CHECK, m.POOL_CHECK_SAYS)
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
+@pytest.fixture
+def pool_kernel(_module_pool_kernel: PoolKernel) -> Kernel:
+    """A kernel with a healthy pool as the module's POOL_SETUP left it (class PoolKernel): the test before's if it
+    left it so."""
+    return _module_pool_kernel.get()
+
+
 # The files that take 20 s or more on 2 cores, longest first (a serial run's --durations summed per file, from 216 s
 # down): with several workers they start first, so that no worker draws a long one at the end and holds the run up.
 LONG_FILES = (

@@ -19,13 +19,13 @@ import pytest
 from lab import ROOT, jupyterlab, run_browser
 
 ARTIFACTS = ROOT / "artifacts" / "run_view"
-pytestmark = pytest.mark.timeout(720)  # a pool, a 40 s training, a second tab, two reloads: 3-5 min on 2 busy cores
+pytestmark = pytest.mark.timeout(720)  # a pool, two trainings, a second tab, two reloads: 1-3 min on 2 busy cores
 
 SILENT = "%%hvd\nimport time\ntime.sleep(4)"
 
 STEPS, ZERO_FROM = 400, 300  # the loss is printed as 0.00000 from step ZERO_FROM on (as DDP printed it)
 TRAIN = f"""%%hvd
-import time, traceback, warnings
+import os, time, traceback, warnings
 print("next cell works on rank", rank, "x =", 3)
 warnings.warn("The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. (Triggered internally at "
               "/pytorch/torch/csrc/autograd/generated/python_variable_methods.cpp:822.)")
@@ -35,21 +35,30 @@ try:
 except ValueError:
     traceback.print_exc()
 for step in range({STEPS}):
-    time.sleep(0.1)
+    time.sleep(0.1 if not os.path.exists(GO_FILE) else 0.002)  # at a steady pace until the page has looked
     loss = max(0.0, 1.0 - step / {ZERO_FROM})
     print(f"step {{step}} loss={{loss:.5f}} lr={{0.1 * 0.99 ** step:.5f}}")
 print("done")
 """
 
 RELOAD = """%%hvd
-import time
+import os, time
 for step in range(300):
-    time.sleep(0.1)
+    time.sleep(0.1 if not os.path.exists(GO_FILE) else 0.002)
     print(f"step {step} loss={1 / (step + 1):.5f}")
 print("done")
 """
 
-CELLS = ["%load_ext jupyter_hvd\n%hvd_start -np 2", SILENT, TRAIN, RELOAD]
+
+def cells(go: Path) -> list[str]:
+    """The notebook: each training cell keeps a steady pace until its file in `go` exists (the page makes it once it
+    has looked at the run in progress), then ends at once."""
+    train, reload = (
+        src.replace("GO_FILE", repr(str(go / name))) for src, name in ((TRAIN, "train"), (RELOAD, "reload"))
+    )
+    return ["%load_ext jupyter_hvd\n%hvd_start -np 2", SILENT, train, reload]
+
+
 ERRORS = ("model not found", "Error displaying widget")
 
 
@@ -78,13 +87,15 @@ def this_checkouts_labextension(tmp_path: Path) -> dict[str, str]:
 def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, object]]:
     """JupyterLab or Notebook 7 serving the notebook of CELLS (tests/lab.py), and its name."""
     env = this_checkouts_labextension(tmp_path)
-    with jupyterlab(tmp_path, "run.ipynb", CELLS, env=env, app=request.param) as info:
-        yield {**info, "app": request.param}
+    go = tmp_path / "go"
+    go.mkdir()
+    with jupyterlab(tmp_path, "run.ipynb", cells(go), env=env, app=request.param) as info:
+        yield {**info, "app": request.param, "go": go}
 
 
 def test_what_a_run_shows_live_saved_and_reopened(app: dict[str, object]) -> None:
     env = {"NOTEBOOK_URL": str(app["notebook_url"]), "APP": str(app["app"]), "ARTIFACTS": str(ARTIFACTS)}
-    r, out = run_browser("run_view.mjs", env, 600)
+    r, out = run_browser("run_view.mjs", {**env, "GO_DIR": str(app["go"])}, 600)
     server_log = Path(str(app["log"])).read_text()[-3000:]
     assert r["ok"], f"{json.dumps(r)[:4000]}\n{out.stderr[-2000:]}\nserver log:\n{server_log}"
     print(json.dumps({k: v for k, v in r.items() if k != "errors"}, indent=1)[:20000])

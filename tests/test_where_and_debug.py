@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from conftest import Kernel, new_kernel, wait_until_gone
+from conftest import Kernel
 
 HEALTHY = "%%hvd\nprint('healthy', hvd.allreduce(torch.ones(1), op=hvd.Sum, name='healthy').item())"
 STUCK = """%%hvd
@@ -29,18 +29,15 @@ hvd.allreduce(torch.ones(4), name='grad_sync')
 """
 
 
+POOL_SETUP = (
+    "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%config HvdPool.stall_check_s = 3\n%hvd_start -np 2"
+)
+POOL_CHECK, POOL_CHECK_SAYS = HEALTHY, "healthy 2.0"  # tests/conftest.py PoolKernel: every test ends healthy(k)
+
+
 @pytest.fixture
-def kernel():
-    k = new_kernel()
-    r = k.run(
-        "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%config HvdPool.stall_check_s = 3\n"
-        "%hvd_start -np 2",
-        timeout=120,
-    )
-    assert r.status == "ok", r.error_text
-    yield k
-    k.shutdown()
-    assert wait_until_gone(f"hvd-{k.pid}-") == []
+def kernel(pool_kernel: Kernel) -> Kernel:
+    return pool_kernel
 
 
 def prompt(k: Kernel) -> int:
@@ -62,9 +59,9 @@ def pool_file(k: Kernel) -> dict:
     return k.pool()
 
 
-def where_in_pool_file(k: Kernel, newer_than: float = 0.0) -> dict:
-    """The pool file's picture of where the ranks are, once one newer than `newer_than` is there (the kernel's
-    watcher writes the file within about a second)."""
+def where_in_pool_file(k: Kernel, newer_than: float) -> dict:
+    """The pool file's picture of where the ranks are, once one asked after `newer_than` (epoch s) is there (the
+    kernel's watcher writes the file within about a second; the kernel may have had a picture from a test before)."""
     deadline = time.monotonic() + 10
     while (pool_file(k)["where"] or {}).get("asked", 0.0) <= newer_than:
         assert time.monotonic() < deadline, f"no picture newer than {newer_than} in the pool file"
@@ -102,7 +99,7 @@ def test_a_collective_is_named_by_its_tensor_or_said_to_have_none():
 
 def test_the_stop_button_on_a_stuck_cell_names_where_each_rank_is(kernel):
     k = kernel
-    n = prompt(k)
+    n, t0 = prompt(k), time.time()
     r = k.run(STUCK, timeout=60, on_start=press_stop(k, 2.0))
     assert r.status == "error"
     said = r.stdout  # what is said, not a warning: stdout
@@ -110,7 +107,7 @@ def test_the_stop_button_on_a_stuck_cell_names_where_each_rank_is(kernel):
     assert "jupyter-hvd" not in r.stderr, r.stderr  # the red background is for what went wrong
     assert f"rank 0: waiting in allreduce 'grad_sync' (Cell In[{n}], line 6)" in said, said
     assert f"rank 1: in load_batch() (Cell In[{n}], line 3) -> time.sleep(60)" in said, said
-    assert f"(Cell In[{n}], line 6)" in where_in_pool_file(k)["places"][0]  # the sidebar has the same picture
+    assert f"(Cell In[{n}], line 6)" in where_in_pool_file(k, t0)["places"][0]  # the sidebar has the same picture
     healthy(k)
 
 
@@ -187,11 +184,11 @@ def test_a_rank_holding_the_gil_in_native_code_is_named_with_its_native_stack(ke
 
 
 def test_hvd_where_and_the_sidebars_where_between_cells(kernel):
-    k = kernel
+    k, t0 = kernel, time.time()
     r = k.run("%hvd_where")
     assert r.status == "ok", r.error_text
     assert "ranks 0-1: idle (no cell running)" in r.stdout, r.stdout
-    before = where_in_pool_file(k)
+    before = where_in_pool_file(k, t0)
     assert before["why"] == "%hvd_where asked"
     k.request_action("where-full")  # what the sidebar's server does
     where = where_in_pool_file(k, newer_than=before["asked"])
@@ -211,13 +208,14 @@ def test_the_sidebars_where_during_a_cell_is_said_under_it(kernel):
         threading.Thread(target=later, daemon=True).start()
 
     cell = "%%hvd\nimport time\ndef step():\n    time.sleep(5)\nif rank == 0:\n    step()\nprint('done')\n"
+    t0 = time.time()
     r = k.run(cell, timeout=60, on_start=ask_where)
     assert r.status == "ok", r.error_text
     said = r.stdout
     assert "where the ranks were when the sidebar asked:" in said, said
     assert re.search(r"rank 0: in step\(\) \(Cell In\[\d+\], line 3\) -> time\.sleep\(5\)", said), said
     assert "rank 1: finished the cell" in said, said
-    assert re.match(r"in step\(\) \(Cell In\[\d+\], line 3\)", where_in_pool_file(k)["places"][0])
+    assert re.match(r"in step\(\) \(Cell In\[\d+\], line 3\)", where_in_pool_file(k, t0)["places"][0])
     healthy(k)
 
 

@@ -9,10 +9,14 @@
 // Each step records what it saw and goes on (a step that finds nothing records that), so one run shows every
 // problem; tests/test_ui_run_view.py judges. Prints one JSON line; screenshots go to $ARTIFACTS.
 //
-// Env: NOTEBOOK_URL (token included), APP (lab | notebook), ARTIFACTS, CHROMIUM.
+// Env: NOTEBOOK_URL (token included), APP (lab | notebook), ARTIFACTS, CHROMIUM, GO_DIR (where a training cell looks
+// for its file: once the page has seen the run in progress, the run may end at once).
+import { writeFileSync } from "node:fs";
 import { isRunning, openNotebook, runCell, runCheck, waitForOutput } from "./driver.mjs";
 
-const { NOTEBOOK_URL, APP = "lab", ARTIFACTS = "artifacts/run_view" } = process.env;
+const { NOTEBOOK_URL, APP = "lab", ARTIFACTS = "artifacts/run_view", GO_DIR } = process.env;
+/** Lets the training cell `name` run to its end without its steady pace (tests/test_ui_run_view.py cells()). */
+const letEnd = (name) => GO_DIR && writeFileSync(`${GO_DIR}/${name}`, "");
 const VIEWPORT = { width: 1440, height: 900 };
 const MIME = "application/vnd.jupyter-hvd.view+json";
 const TRAIN_CELL = 2;
@@ -169,6 +173,7 @@ await runCheck({ artifacts: ARTIFACTS, viewport: VIEWPORT }, async ({ page, resu
   });
 
   // The end: the log shows its last line.
+  letEnd("train");
   cell = page.locator(".jp-Notebook .jp-Cell").nth(TRAIN_CELL);
   for (let i = 0; i < 600 && (await isRunning(cell)); i++) await page.waitForTimeout(250);
   await page
@@ -223,6 +228,7 @@ await runCheck({ artifacts: ARTIFACTS, viewport: VIEWPORT }, async ({ page, resu
     await page.waitForTimeout(4000); // past the grace a copy gives its widget, and the widget manager's 2 s
     const during = { ...(await look(again)), busy, page: await pageText(page) };
     await shot(`${APP}-6-reloaded-mid-run`);
+    letEnd("reload");
     for (let i = 0; i < 240 && !(await kernelIdle()); i++) await page.waitForTimeout(250);
     await page.waitForTimeout(4000);
     const after = { ...(await look(again)), page: await pageText(page) };
