@@ -132,6 +132,7 @@ class Launcher:
         self._engine_set: str | None = None
         self._retired_ids: set[int] = set()  # engines of before a restart, which the controller may still list
         self._reaper: subprocess.Popen[bytes] | None = None
+        self._seen_ending: dict[int, tuple[float, int]] = {}  # pid: (when seen, wait status) of engines seen dead
         self.stopped = False  # stop() ran: a launch still under way (on another thread) must not go on
 
     # ---- starting ------------------------------------------------------------------------------------------
@@ -499,7 +500,13 @@ class Launcher:
     def dead_ranks(self, ranks: list[Rank]) -> list[int]:
         """Ranks whose engine process is gone; on other hosts, ranks whose engine left the controller."""
         here, elsewhere = self.placement.split(ranks)
-        dead = [r.rank for r in here if _gone(r.pid)]
+        dead, now = [], time.time()
+        for r in here:
+            if _gone(r.pid):
+                dead.append(r.rank)
+                status = _zombie_status(r.pid)
+                if status is not None:
+                    self._seen_ending.setdefault(r.pid, (now, status))
         if self.client is not None:
             # A pid on another host means nothing here; the controller drops an engine that stops answering its pings.
             registered = set(self.client.ids)
@@ -546,12 +553,14 @@ class Launcher:
         lines = [ln for ln in text.splitlines() if ln.strip()]
         return "\n".join(lines[-limit:])
 
-    def death_report(self, ranks: list[Rank]) -> str:
-        """Which rank died and how: the first of the ranks forked from the warm template to end, as it recorded;
-        else from mpiexec's own message where it gave one."""
-        ended = template.endings([r.pid for r in ranks])
+    def how_it_ended(self, ranks: list[Rank]) -> str:
+        """How the first rank to end ended, in words: as the warm template recorded it, as dead_ranks() read it from
+        the dead engine before mpiexec reaped it, or as mpiexec printed it; "" where none has said."""
+        ended = {**self._seen_ending, **template.endings([r.pid for r in ranks])}
+        ended = {pid: e for pid, e in ended.items() if pid in {r.pid for r in ranks}}
         if ended:
-            pid, (_, status) = min(ended.items(), key=lambda item: item[1][0])
+            # The first to end; of those seen at once, not one that mpiexec's SIGTERM ended after it.
+            pid, (_, status) = min(ended.items(), key=lambda item: (item[1][0], _ended_by_sigterm(item[1][1])))
             first = next(r for r in ranks if r.pid == pid)
             if os.WIFSIGNALED(status):
                 sig = os.WTERMSIG(status)
@@ -580,6 +589,13 @@ class Launcher:
         m = re.search(r"Process name:\s*\[\S*?,(\d+)\].*?Exit code:\s*(\d+)", out, re.S)
         if m:
             return f"rank {m.group(1)} exited with code {m.group(2)}"
+        return ""
+
+    def death_report(self, ranks: list[Rank]) -> str:
+        """Which rank died and how (how_it_ended), else which ranks are gone."""
+        said = self.how_it_ended(ranks)
+        if said:
+            return said
         dead = self.dead_ranks(ranks)
         if dead:
             where = sorted({r.host for r in ranks if r.rank in dead})
@@ -610,6 +626,21 @@ class Launcher:
         filename, line, function = places[0]
         inner = f"in {function} ({'/'.join(Path(filename).parts[-2:])}, line {line})"
         return f"{inner}, called from {cell}" if cell else inner
+
+
+def _ended_by_sigterm(status: int) -> bool:
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+
+
+def _zombie_status(pid: int) -> int | None:
+    """The wait status of `pid` while it is a zombie (/proc/PID/stat's exit_code): how an engine started by mpiexec
+    ended, which mpiexec, reaping it, may never print (seen when it was busy or stopped as the rank died)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return int(fields[49]) if fields[0] == "Z" else None  # field 52 of stat; fields[0] is field 3, the state
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _gone(pid: int) -> bool:
