@@ -102,10 +102,10 @@ def test_a_killed_rank_is_seen_and_the_pool_restarts_warm(k: Kernel) -> None:
 
 
 @pytest.mark.parametrize("start", ["warm", "cold"])
-def test_a_killed_rank_is_named_though_mpiexec_says_nothing_of_it_at_first(k: Kernel, start: str) -> None:
-    # Under load mpiexec was seen to say nothing yet of how a rank ended when the kernel saw it gone: the cell then said
-    # "Ranks 0-1 on vm died". The template that forked an engine records how it ended; for an engine started cold
-    # (a start right after %load_ext) the kernel waits a moment for mpiexec's words.
+def test_a_killed_rank_is_named_though_mpiexec_says_nothing_of_it(k: Kernel, start: str) -> None:
+    # Under load mpiexec was seen to reap a dead rank without a word of how it ended: the cell then said "Ranks 0-1 on
+    # vm died". The stub mpiexec launched for each rank here, warm (forked by the template) or cold (its own child),
+    # writes how its engine ended before it ends itself, and the kernel reads that.
     if start == "cold":
         r = k.run("%hvd_stop\n%config HvdPool.warm_start = False\n%hvd_start -np 2 --timeout 60", timeout=120)
         assert r.status == "ok", r.error_text + r.stderr
@@ -197,7 +197,7 @@ def test_a_start_right_after_load_ext_runs_cold_and_the_template_waits_for_it() 
         kernel.shutdown()
 
 
-def test_a_stub_without_its_template_becomes_the_engine_itself(tmp_path) -> None:
+def test_a_stub_without_its_template_starts_the_engine_cold(tmp_path) -> None:
     dead = tmp_path / "engines"  # a template that died: its socket file is there, nobody listens
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(dead))

@@ -33,7 +33,6 @@ PLACEHOLDER = "_"  # the template's JUPYTER_HVD_POOL is made of these, room for 
 HOLD_S = 1.0  # how long it waits for the kernel's HOLD before its imports (kernel/launch/template.py)
 GO = b"g"  # the kernel's word that the start it held for is done
 READY = "ready"  # written beside the socket once the imports and the warm-up are done
-ENDED = "ended"  # beside the socket: a file per engine that ended, its pid's name, "<time> <wait status>" inside
 WARM_ENV = "JUPYTER_HVD_WARM_ENGINE"  # set in a forked engine: its stub's pid (engine/bootstrap.py reads it)
 
 
@@ -186,26 +185,12 @@ def serve(fd: int, directory: str) -> Request:
                 conn, pid = children.pop(pidfd)
                 selector.unregister(pidfd)
                 os.close(pidfd)
-                _, status = os.waitpid(pid, 0)
-                record_end(directory, pid, status)  # before the stub ends: mpiexec learns of it after the kernel may
+                _, status = os.waitpid(pid, 0)  # the stub records it (processes/engine_stub.py)
                 try:
                     conn.sendall(STATUS.pack(status))
                 except OSError:
                     pass
                 conn.close()
-
-
-def record_end(directory: str, pid: int, status: int) -> None:
-    """How engine `pid` ended, for the kernel's report of a death (kernel/launch/template.py's endings): mpiexec's
-    own words name its stub, and under load it was seen to say nothing of how."""
-    import time
-
-    try:
-        os.makedirs(os.path.join(directory, ENDED), mode=0o700, exist_ok=True)
-        with open(os.path.join(directory, ENDED, str(pid)), "w") as f:
-            f.write(f"{time.time()} {status}")
-    except OSError:
-        pass  # the report falls back to mpiexec's words
 
 
 def watch_stub(pid: int) -> None:

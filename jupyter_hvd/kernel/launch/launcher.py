@@ -31,7 +31,7 @@ from ..errors import PoolError
 from ..ranks import Rank, format_ranks
 from . import placement
 from .options import HvdPool, setting
-from .template import template
+from .template import endings, forget_endings, template
 
 log = logging.getLogger("jupyter_hvd")
 
@@ -123,6 +123,7 @@ class Launcher:
         self.state_file = state_file
         self.recorded = recorded
         self.placement = placement.choose(options)  # one host, the hosts of -H/--hostfile, or a SLURM job
+        self.ended: Path | None = None  # where each local engine's stub writes how it ended (set at the launch)
         self.cluster: ipp.Cluster | None = None
         self.client: ipp.Client | None = None
         # The client's own zmq context, not the kernel's shared Context.instance(): in a test process that had run
@@ -132,7 +133,6 @@ class Launcher:
         self._engine_set: str | None = None
         self._retired_ids: set[int] = set()  # engines of before a restart, which the controller may still list
         self._reaper: subprocess.Popen[bytes] | None = None
-        self._seen_ending: dict[int, tuple[float, int]] = {}  # pid: (when seen, wait status) of engines seen dead
         self.stopped = False  # stop() ran: a launch still under way (on another thread) must not go on
 
     # ---- starting ------------------------------------------------------------------------------------------
@@ -231,8 +231,9 @@ class Launcher:
         # Forked from the warm template where it can serve this pool (kernel/launch/template.py), else started cold.
         if opts.warm_start and self.placement.every_rank_here:
             template.start(mpiexec)  # if the extension's load did not (a template that died, or config)
+        self.ended = state.pool_directory(self.pool_id) / "ended"
         launch["engine_cmd"] = template.engine_command(
-            launch["environment"], mpiexec, self.placement.every_rank_here, self.options.warm_start
+            launch["environment"], mpiexec, self.placement.every_rank_here, self.options.warm_start, self.ended
         )
         retried = False
         while True:
@@ -411,7 +412,7 @@ class Launcher:
                 log.debug("stop_cluster: %s", exc)
         self.kill_engines(ranks)
         state.kill_processes(self.tagged_processes())
-        template.forget_endings([r.pid for r in ranks])
+        forget_endings(self.ended, [r.pid for r in ranks])
         self.placement.cleanup()
 
     def let_reaper_go(self) -> None:
@@ -500,13 +501,7 @@ class Launcher:
     def dead_ranks(self, ranks: list[Rank]) -> list[int]:
         """Ranks whose engine process is gone; on other hosts, ranks whose engine left the controller."""
         here, elsewhere = self.placement.split(ranks)
-        dead, now = [], time.time()
-        for r in here:
-            if _gone(r.pid):
-                dead.append(r.rank)
-                status = _zombie_status(r.pid)
-                if status is not None:
-                    self._seen_ending.setdefault(r.pid, (now, status))
+        dead = [r.rank for r in here if _gone(r.pid)]
         if self.client is not None:
             # A pid on another host means nothing here; the controller drops an engine that stops answering its pings.
             registered = set(self.client.ids)
@@ -554,10 +549,9 @@ class Launcher:
         return "\n".join(lines[-limit:])
 
     def how_it_ended(self, ranks: list[Rank]) -> str:
-        """How the first rank to end ended, in words: as the warm template recorded it, as dead_ranks() read it from
-        the dead engine before mpiexec reaped it, or as mpiexec printed it; "" where none has said."""
-        ended = {**self._seen_ending, **template.endings([r.pid for r in ranks])}
-        ended = {pid: e for pid, e in ended.items() if pid in {r.pid for r in ranks}}
+        """How the first rank to end ended, in words: as its stub wrote it (processes/engine_stub.py: every engine on
+        this host), or as mpiexec printed it; "" where neither has said."""
+        ended = endings(self.ended, [r.pid for r in ranks])
         if ended:
             # The first to end; of those seen at once, not one that mpiexec's SIGTERM ended after it.
             pid, (_, status) = min(ended.items(), key=lambda item: (item[1][0], _ended_by_sigterm(item[1][1])))
@@ -630,17 +624,6 @@ class Launcher:
 
 def _ended_by_sigterm(status: int) -> bool:
     return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
-
-
-def _zombie_status(pid: int) -> int | None:
-    """The wait status of `pid` while it is a zombie (/proc/PID/stat's exit_code): how an engine started by mpiexec
-    ended, which mpiexec, reaping it, may never print (seen when it was busy or stopped as the rank died)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()
-        return int(fields[49]) if fields[0] == "Z" else None  # field 52 of stat; fields[0] is field 3, the state
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _gone(pid: int) -> bool:

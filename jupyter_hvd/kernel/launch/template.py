@@ -27,7 +27,7 @@ from ..channel import IPC_PATH_MAX
 log = logging.getLogger("jupyter_hvd")
 
 TEMPLATE_ENV = "JUPYTER_HVD_TEMPLATE"  # the stub's: where the template listens (processes/engine_stub.py)
-ENDED = "ended"  # the template's record of how each engine it forked ended (processes/template.py's record_end)
+ENDED_ENV = "JUPYTER_HVD_ENDED"  # the stub's: where it writes how its engine ended (processes/engine_stub.py)
 ENGINE_CMD = [sys.executable, "-m", "jupyter_hvd.engine.main"]
 STUB = Path(__file__).resolve().parents[2] / "processes" / "engine_stub.py"
 # What Python or the loader read before the template's imports: an engine given other values must start cold.
@@ -116,25 +116,6 @@ class Template:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def endings(self, pids: list[int]) -> dict[int, tuple[float, int]]:
-        """How those of the engines `pids` that it forked and that ended did: pid -> (when, wait status)."""
-        found: dict[int, tuple[float, int]] = {}
-        if self.directory is None:
-            return found
-        for pid in pids:
-            try:
-                when, status = (self.directory / ENDED / str(pid)).read_text().split()
-                found[pid] = (float(when), int(status))
-            except (OSError, ValueError):
-                continue
-        return found
-
-    def forget_endings(self, pids: list[int]) -> None:
-        """Those engines' endings were reported (or their pool stopped): their files go."""
-        if self.directory is not None:
-            for pid in pids:
-                (self.directory / ENDED / str(pid)).unlink(missing_ok=True)
-
     def ready(self) -> bool:
         """Whether it lives and its imports are done (a pool started now waits for no import)."""
         return self.alive() and self.directory is not None and (self.directory / "ready").exists()
@@ -174,12 +155,15 @@ class Template:
             return False
         return True
 
-    def engine_command(self, env: dict[str, str], mpiexec: str, local: bool, wanted: bool) -> list[str]:
-        """The command mpiexec runs per rank; adds the template's socket to `env` where the stub is used. `local`:
-        every rank runs on this host; `wanted`: the pool's c.HvdPool.warm_start."""
-        if not (local and wanted and not self.holding and self.serves(env, mpiexec)):
+    def engine_command(self, env: dict[str, str], mpiexec: str, local: bool, wanted: bool, ended: Path) -> list[str]:
+        """The command mpiexec runs per rank. `local` (every rank runs on this host): the stub, which writes how its
+        engine ended to `ended` (endings() reads it), with the template's socket in `env` where `wanted` (the pool's
+        c.HvdPool.warm_start) and the template can serve the pool; elsewhere the engine itself."""
+        if not local:
             return list(ENGINE_CMD)
-        env[TEMPLATE_ENV] = self.socket
+        env[ENDED_ENV] = str(ended)
+        if wanted and not self.holding and self.serves(env, mpiexec):
+            env[TEMPLATE_ENV] = self.socket
         return [sys.executable, "-S", str(STUB)]
 
     def stop(self) -> None:
@@ -198,3 +182,24 @@ class Template:
 
 template = Template()  # one per kernel
 atexit.register(template.stop)
+
+
+def endings(directory: Path | None, pids: list[int]) -> dict[int, tuple[float, int]]:
+    """How those of the engines `pids` whose stubs wrote to `directory` ended: pid -> (when, wait status)."""
+    found: dict[int, tuple[float, int]] = {}
+    if directory is None:
+        return found
+    for pid in pids:
+        try:
+            when, status = (directory / str(pid)).read_text().split()
+            found[pid] = (float(when), int(status))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def forget_endings(directory: Path | None, pids: list[int]) -> None:
+    """Those engines' endings were reported (or their pool stopped): their files go."""
+    if directory is not None:
+        for pid in pids:
+            (directory / str(pid)).unlink(missing_ok=True)
