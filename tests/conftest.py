@@ -103,8 +103,16 @@ def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def _shell() -> Any:
     from IPython.testing.globalipapp import start_ipython
 
+    from jupyter_hvd.kernel.launch.template import template
+
     shell = start_ipython()
     shell.run_line_magic("load_ext", "jupyter_hvd")
+    # Handed over once its warm template is ready, as Kernel() is: a pool started right away would start cold (and
+    # import torch and Horovod in every rank) as a notebook's first cell does; the tests of that have kernels of their
+    # own.
+    deadline = time.monotonic() + 60
+    while template.alive() and not template.ready() and time.monotonic() < deadline:
+        time.sleep(0.05)
     return shell
 
 
