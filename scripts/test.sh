@@ -16,7 +16,8 @@ echo "[test] pytest: the two-host test, in a process of its own"
 # In one process with the whole suite it once missed hostB's pulled cable (2 of 2 runs, cause not found); alone it
 # passes, in the foreground and in the background (where it used to fail: see tests/multihost_driver.py).
 python -m pytest tests/test_multihost.py "$@" || [ $? -eq 5 ]  # 5: "$@" selected none of it
-echo "[test] pytest: everything else, two files at a time"
-# Most of a test waits on ranks, kernels and browsers: a second worker fills that time (each worker has its own
-# shell, kernels and runtime directory). `-n 0` in "$@" runs them one after another.
-exec python -m pytest --ignore=tests/test_multihost.py -n 2 --dist loadfile "$@"
+echo "[test] pytest: everything else, three files at a time"
+# Much of a test waits on ranks, kernels and browsers: on 2 cores a third worker fills what two left idle (1147 s
+# against 1290 s, bench/RESULTS.md); each worker has its own shell, kernels and runtime directory. `-n 0` in "$@"
+# runs the files one after another.
+exec python -m pytest --ignore=tests/test_multihost.py -n 3 --dist loadfile "$@"
