@@ -199,9 +199,9 @@ def kernel() -> Iterator[Kernel]:
 class PoolKernel:
     """A kernel that ran a module's POOL_SETUP, handed to one test after another while each leaves it healthy: a pool
     start and a kernel cost about 10 s of the 2 cores, and a test that ends with its pool answering has nothing to
-    clean up. Before each test the module's POOL_CHECK cell must print POOL_CHECK_SAYS (every rank answers); otherwise
-    the kernel is shut down (nothing of it may be left) and a new one set up. For tests that change no config, keep
-    no name and mark no setup cell: what they leave in the ranks' namespaces the next test may see."""
+    clean up. Before each test the module's POOL_CHECK cell (one that checks the pool, or starts it anew) must print
+    POOL_CHECK_SAYS; otherwise the kernel is shut down (nothing of it may be left) and a new one set up. For tests
+    that change no config, keep no name and mark no setup cell: the kernel's side is the next test's too."""
 
     def __init__(self, setup: str, check: str, says: str) -> None:
         self.setup, self.check, self.says = setup, check, says

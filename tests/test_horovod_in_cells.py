@@ -1,7 +1,7 @@
 """Horovod in a cell exactly as under mpirun: a script's hvd.init(...) with process sets, HOROVOD_* variables set
 in a cell before hvd.init(), a pasted script's argparse and its final hvd.shutdown().
 
-A real 2-rank pool in a real kernel per test (process sets stay registered for a pool's life, as for a script's).
+A real 2-rank pool per test (process sets stay registered for a pool's life, as for a script's) in a real kernel.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from conftest import Kernel, new_kernel, wait_until_gone
 ALLREDUCE = "%%hvd\nprint('sum', hvd.allreduce(torch.tensor([rank + 1.0]), op=hvd.Sum, name='check').item())"
 
 
+POOL_SETUP = "%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2"
+# tests/conftest.py PoolKernel: the kernel is shared, the pool is new for each test (Horovod's settings, process sets
+# and the ranks' environment are what a test changes).
+POOL_CHECK, POOL_CHECK_SAYS = "%hvd_stop\n%hvd_start -np 2", "Pool ready in"
+
+
 @pytest.fixture
-def k():
-    kernel = new_kernel()
-    r = kernel.run("%load_ext jupyter_hvd\n%config HvdPool.live_view = 'text'\n%hvd_start -np 2", timeout=120)
-    assert r.status == "ok", r.error_text
-    yield kernel
-    kernel.shutdown()
-    assert wait_until_gone(f"hvd-{kernel.pid}-") == []
+def k(pool_kernel: Kernel) -> Kernel:
+    return pool_kernel
 
 
 def healthy(k: Kernel) -> None:
