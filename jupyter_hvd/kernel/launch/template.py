@@ -1,10 +1,11 @@
 """The kernel's warm template of engines (processes/template.py): started once, when the extension loads, and used by
 every pool on this host whose engines could not tell a forked engine from a freshly started one.
 
-Runs in the user's kernel. A pool's launch asks `engine_command` for what mpiexec runs per rank: the stub
-(processes/engine_stub.py, which has the template fork the engine) when the template can serve the pool, else the
-engine itself. A stub that finds no template starts the engine the cold way, so a template that died or never
-started costs time, never a pool.
+Runs in the user's kernel. A pool's launch asks `engine_command` for what mpiexec runs per rank: on this host the stub
+(processes/engine_stub.py), which has the template fork the engine where the template can serve the pool and else
+starts it cold as its own child, and writes how the engine ended (`endings` reads it); on other hosts the engine
+itself. A stub that finds no template starts the engine cold, so a template that died or never started costs time,
+never a pool.
 """
 
 from __future__ import annotations
