@@ -148,8 +148,16 @@ class _Answering:
             return real
 
         def query(*args: Any) -> Any:
-            value = self._answer(name, tuple(_plain(a) for a in args))
-            return real(*args) if value is None else value
+            key = tuple(_plain(a) for a in args)
+            value = self._answer(name, key)
+            if value is not None:
+                return value
+            result = real(*args)
+            # Asked again after Horovod answered: another rank may have stopped this rank's Horovod between the first
+            # ask and the call (seen once in 327k hvd.rank() calls on a loaded machine), which it then answers as
+            # "not initialised"; the rest's remembered answer holds from this rank's vote to rest on.
+            value = self._answer(name, key)
+            return result if value is None else value
 
         return query
 

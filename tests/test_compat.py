@@ -33,3 +33,19 @@ def test_the_flush_interval_of_a_stream_that_has_none_is_left_alone():
     assert compat.flush_interval(stream) is None
     compat.set_flush_interval(stream, 0.02)
     assert not hasattr(stream, "flush_interval")
+
+
+def test_a_query_that_horovod_stops_under_is_answered_from_the_rest():
+    """hvd.rank() on a rank whose Horovod another rank stops between the check and the call (this rank voted to rest
+    meanwhile): the remembered answer, not Horovod's "not initialised" (-1, which hvd.rank() raises on)."""
+    stopping = []
+
+    class Library:
+        def horovod_rank(self) -> int:
+            stopping.append(True)  # the other rank's stop lands during the call
+            return -1
+
+    answering = compat._Answering(Library(), lambda name, args: 1 if stopping else None)
+    assert answering.horovod_rank() == 1
+    awake = compat._Answering(Library(), lambda name, args: None)  # awake all along: Horovod's own answer
+    assert awake.horovod_rank() == -1
