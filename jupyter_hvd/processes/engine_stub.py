@@ -66,7 +66,7 @@ def forward_signals(pid: int) -> None:
 
 
 def record(pid: int, status: int) -> None:
-    """How engine `pid` ended, for the kernel's report of a death (kernel/launch/launcher.py's how_it_ended), written
+    """How engine `pid` ended, for the kernel's report of a death (kernel/launch/launcher.py's death_report), written
     before this process ends and so before mpiexec can tell anyone of it."""
     directory = os.environ.get(ENDED_ENV)
     if not directory:

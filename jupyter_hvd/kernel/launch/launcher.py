@@ -548,13 +548,12 @@ class Launcher:
         lines = [ln for ln in text.splitlines() if ln.strip()]
         return "\n".join(lines[-limit:])
 
-    def how_it_ended(self, ranks: list[Rank]) -> str:
-        """How the first rank to end ended, in words: as its stub wrote it (processes/engine_stub.py: every engine on
-        this host), or as mpiexec printed it; "" where neither has said."""
+    def death_report(self, ranks: list[Rank]) -> str:
+        """Which rank died and how: the first to end as its stub wrote it (processes/engine_stub.py: every engine on
+        this host), else from mpiexec's own message where it gave one, else which ranks are gone."""
         ended = endings(self.ended, [r.pid for r in ranks])
         if ended:
-            # The first to end; of those seen at once, not one that mpiexec's SIGTERM ended after it.
-            pid, (_, status) = min(ended.items(), key=lambda item: (item[1][0], _ended_by_sigterm(item[1][1])))
+            pid, (_, status) = min(ended.items(), key=lambda item: item[1][0])
             first = next(r for r in ranks if r.pid == pid)
             if os.WIFSIGNALED(status):
                 sig = os.WTERMSIG(status)
@@ -583,13 +582,6 @@ class Launcher:
         m = re.search(r"Process name:\s*\[\S*?,(\d+)\].*?Exit code:\s*(\d+)", out, re.S)
         if m:
             return f"rank {m.group(1)} exited with code {m.group(2)}"
-        return ""
-
-    def death_report(self, ranks: list[Rank]) -> str:
-        """Which rank died and how (how_it_ended), else which ranks are gone."""
-        said = self.how_it_ended(ranks)
-        if said:
-            return said
         dead = self.dead_ranks(ranks)
         if dead:
             where = sorted({r.host for r in ranks if r.rank in dead})
@@ -620,10 +612,6 @@ class Launcher:
         filename, line, function = places[0]
         inner = f"in {function} ({'/'.join(Path(filename).parts[-2:])}, line {line})"
         return f"{inner}, called from {cell}" if cell else inner
-
-
-def _ended_by_sigterm(status: int) -> bool:
-    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
 
 
 def _gone(pid: int) -> bool:
