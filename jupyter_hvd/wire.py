@@ -56,6 +56,9 @@ class RunCell:
     count: int | None = None  # the notebook's execution count, as in [7] (snapshots taken in this cell say it)
     every_value: bool = False  # every rank sends its last expression's value, not rank 0 alone
     task: CellTask | None = None
+    # Rank 0 sends its last expression as IPython formats it for the notebook (CellRecord.shown), not pickled: the
+    # kernel shows any value without importing what it is made of (torch, a class defined in a cell), as %%px does.
+    formatted: bool = False
 
 
 @dataclass(frozen=True)
@@ -289,6 +292,13 @@ class ErrorInfo(TypedDict, total=False):
     exit: str  # the code of exit(), quit() or sys.exit()
 
 
+class Shown(TypedDict):
+    """A value as IPython's display formatter gives it: a display_data message's content."""
+
+    data: dict[str, Any]  # MIME type -> what to show (text/plain always)
+    metadata: dict[str, Any]
+
+
 @dataclass
 class CellRecord:
     """How a cell ended on one rank."""
@@ -296,6 +306,7 @@ class CellRecord:
     rank: int
     ok: bool
     value: bytes | None = None  # rank 0's last expression, pickled
+    shown: Shown | None = None  # rank 0's last expression as the notebook shows it (RunCell.formatted)
     error: ErrorInfo | None = None
     woke: float = 0.0  # seconds Horovod took to start again after a rest
     seconds: float = 0.0

@@ -248,6 +248,7 @@ class Channel:
             request.every_value,
             functools.partial(tasks.perform, request.task) if request.task is not None else None,
             request.count,
+            request.formatted,
         )
         if not isinstance(record, CellRecord):  # an interrupt that landed outside the cell's own handling
             record = CellRecord(rank=self.rank, ok=False, error=record.get("error"))

@@ -114,6 +114,25 @@ def _capped(text: str, limit: int = TEXT_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... [{len(text) - limit} more characters]"
 
 
+def _shown(shell: Any, value: Any) -> wire.Shown:
+    """`value` as a notebook shows a cell's result, formatted here by IPython as `display()` in a cell is; its text
+    alone where all of it is too big to send."""
+    try:
+        data, metadata = shell.display_formatter.format(value)
+    except Exception:  # a formatter that raises is reported by IPython itself; the repr still shows
+        data, metadata = {}, {}
+    if "text/plain" not in data:
+        try:
+            data["text/plain"] = _capped(repr(value))
+        except Exception as exc:
+            data["text/plain"] = f"<{type(value).__name__}: its repr raised {type(exc).__name__}: {exc}>"
+    size = len(pickle.dumps((data, metadata)))
+    if size > VALUE_BYTES:
+        note = f"\n[jupyter-hvd] the value shows as {size / 2**20:.0f} MB: its text alone; %hvd_pull fetches big values"
+        data, metadata = {"text/plain": _capped(str(data["text/plain"])) + note}, {}
+    return wire.Shown(data=data, metadata=metadata)
+
+
 class _Repr(str):
     """A rank-0 result that could not be pickled, shown by its repr."""
 
@@ -131,6 +150,7 @@ def run_cell(
     every_value: bool = False,
     task: Callable[[], Any] | None = None,
     count: int | None = None,
+    formatted: bool = False,
 ) -> CellRecord:
     """Execute `src` in the engine's user namespace (or do `task`, whose result is then the value) and return a small
     record of how it ended.
@@ -138,7 +158,8 @@ def run_cell(
     `stdout`/`stderr` receive the cell's output (up to `max_lines`, and only when `show_output`). Exceptions are
     caught and returned (not raised) so the kernel learns of a failure on one rank at once, while other ranks may
     still be running or waiting in a collective. A value of the last expression (rank 0's, or with `every_value`
-    every rank's) comes pickled. `count`: the notebook's prompt of the cell, In[count], which tracebacks and pdb name.
+    every rank's) comes pickled, or with `formatted` rank 0's as the notebook shows it. `count`: the notebook's
+    prompt of the cell, In[count], which tracebacks and pdb name.
     """
     from IPython import get_ipython
 
@@ -164,7 +185,9 @@ def run_cell(
             body, last = _split_last_expression(src, filename)
             exec(body, ns)
             value = eval(last, ns) if last is not None else None
-        if value is not None and (rank == 0 or every_value):
+        if value is not None and formatted and rank == 0 and not every_value:
+            record.shown = _shown(shell, value)
+        elif value is not None and (rank == 0 or every_value):
             record.value = _pickled(value)
     except BaseException as exc:
         record.ok = False

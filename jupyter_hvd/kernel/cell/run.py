@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from IPython.display import display
+from IPython.display import publish_display_data
 
 from ... import wire
 from ...digest import Digest
@@ -205,6 +205,7 @@ class CellRun:
                     self.options.count,
                     self.options.every_value,
                     self.options.task,
+                    formatted=self.options.display_value and not self.options.every_value,
                 )
                 channel.send(r.rank, request)
         except ChannelError as exc:
@@ -663,11 +664,11 @@ class CellRun:
                     r.rank: _unpickled(r.record.value) if r.record and r.record.value else None
                     for r in self.runs.values()
                 }
-            value = self.runs[0].record.value if self.runs and self.runs[0].record else None
-            if value is not None and not self.options.display_value:
-                return _unpickled(value)
-            if value is not None:
-                display(_unpickled(value))
+            record = self.runs[0].record if self.runs else None
+            if record is not None and record.shown is not None:
+                publish_display_data(record.shown["data"], record.shown["metadata"])
+            elif record is not None and record.value is not None:
+                return _unpickled(record.value)
             return None
         raised = [e["rank"] for e in errors if e["ename"] not in ("SystemExit", "KeyboardInterrupt", "BdbQuit")]
         self.pool.last_failed = sorted(raised, key=lambda r: self.runs[r].finished_at or 0.0)  # %hvd_debug: the first
