@@ -128,7 +128,7 @@ def _shown(shell: Any, value: Any) -> wire.Shown:
             data["text/plain"] = f"<{type(value).__name__}: its repr raised {type(exc).__name__}: {exc}>"
     size = len(pickle.dumps((data, metadata)))
     if size > VALUE_BYTES:
-        note = f"\n[jupyter-hvd] the value shows as {size / 2**20:.0f} MB: its text alone; %hvd_pull fetches big values"
+        note = f"\n[jupyter-hvd] the value is {size / 2**20:.0f} MB: shown by its repr; %hvd_pull fetches big values"
         data, metadata = {"text/plain": _capped(str(data["text/plain"])) + note}, {}
     return wire.Shown(data=data, metadata=metadata)
 
