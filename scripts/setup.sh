@@ -120,6 +120,9 @@ fi
 
 log "installing jupyter-hvd (editable)"
 pip install --no-build-isolation --no-deps -e .
+# The package's bytecode now: where PYTHONDONTWRITEBYTECODE is set (as on CI's machines) each kernel, rank and helper
+# process would otherwise compile the modules it imports again (0.1-0.15 CPU-s each, hundreds of them in the tests).
+"$VENV/bin/python" -m compileall -q jupyter_hvd >/dev/null
 # A kernelspec inside the venv, so notebooks run by this venv's Jupyter use this venv's Python.
 "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (jupyter-hvd)" >/dev/null
 "$VENV/bin/python" -m jupyter_hvd.doctor
