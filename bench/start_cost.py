@@ -1,7 +1,8 @@
 """What a kernel and a pool cost the CPUs, step by step: the kernel with jupyter_hvd loaded and its warm template
-ready, `%hvd_start -np 2`, a quiet minute's share, `%hvd_stop`, a second start, the kernel's shutdown. CPU is that of
-this process's whole tree (kernel, template, mpiexec, engines, controller), read before and after each step: the
-test suite runs on 2 cores, and this is what each test that builds its own kernel and pool spends.
+ready, `%hvd_start -np 2`, the idle seconds after it, a first cell whose value is a tensor (shown as rank 0 formats
+it), `%hvd_stop`, a second start, the kernel's shutdown. CPU is that of this process's whole tree (kernel, template,
+mpiexec, engines, controller), read before and after each step: the test suite runs on 2 cores, and this is what
+each test that builds its own kernel and pool spends.
 
     python bench/start_cost.py [--repeats 3] [--idle 10]
 
@@ -52,7 +53,9 @@ def one_round(idle: float) -> dict[str, tuple[float, float]]:
     k.run("%hvd_start -np 2", timeout=120).check()
     mark("%hvd_start -np 2")
     time.sleep(idle)
-    mark(f"the {idle:g} s after the start (warm-up, then idle)")
+    mark(f"the {idle:g} s after the start (idle)")
+    k.run("%%hvd\ntorch.ones(2) * rank", timeout=60).check()
+    mark("a first cell whose value is a tensor")
     k.run("%hvd_stop", timeout=60).check()
     mark("%hvd_stop")
     k.run("%hvd_start -np 2", timeout=120).check()
