@@ -45,21 +45,6 @@ def test_the_kernel_does_not_import_torch(kernel):
     assert r.stdout.strip().splitlines()[-1] == "False"
 
 
-def test_a_new_pool_rests_until_its_first_cell(kernel):
-    # Awake and idle, Horovod keeps a core per rank busy in its negotiation (about 2 CPU-s in the seconds before the
-    # watcher rested it); a new pool's first collectives are done at its start, so it rests at once.
-    import psutil
-
-    start_pool(kernel)
-    assert "Horovod is resting" in kernel.run("%hvd_status").stdout
-    ranks = [psutil.Process(r["pid"]) for r in kernel.pool()["ranks"]]
-    before = sum(sum(p.cpu_times()[:2]) for p in ranks)
-    time.sleep(2)
-    assert sum(sum(p.cpu_times()[:2]) for p in ranks) - before < 0.3, "the idle ranks used the CPU"
-    r = kernel.run("%%hvd\nprint('sum', hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist())")
-    assert r.status == "ok" and "sum [2.0, 2.0]" in r.stdout, r.stdout + r.error_text
-
-
 def test_stderr_and_errors_reach_the_notebook(kernel):
     start_pool(kernel)
     r = kernel.run("%%hvd\nimport sys\nprint('careful', file=sys.stderr)\nraise KeyError('missing')")

@@ -78,8 +78,7 @@ class HvdPool(Configurable):
         None,
         allow_none=True,
         help="seconds without Horovod use after which its background thread stops until the next use, between cells "
-        "or within one (an idle Horovod keeps a core per rank busy), and from a new pool's start until its first use; "
-        "0: never. Default: 2 on CPU ranks, 30 on GPUs",
+        "or within one (an idle Horovod keeps a core per rank busy); 0: never. Default: 2 on CPU ranks, 30 on GPUs",
     ).tag(config=True, metavar="S")
     timeline = Bool(
         False,

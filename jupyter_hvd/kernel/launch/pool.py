@@ -209,7 +209,6 @@ class Pool:
             self._bootstrap(ids, env, "cpu" if self.options.cpu else "auto")
         self.timings["ready_s"] = time.monotonic() - t0
         self.set_state("idle", publish=False)
-        self.rest_if_idle(at_start=True)  # an awake, idle Horovod keeps a core per rank busy until the watcher's rest
         self._record_processes()
 
     def _bootstrap(self, ids: list[int], env: dict[str, str], device: str) -> None:
@@ -479,12 +478,11 @@ class Pool:
         """Whether this pool's Horovod may rest when idle (the engines decide alike, from the same environment)."""
         return self.options.can_rest()
 
-    def rest_if_idle(self, at_start: bool = False) -> bool:
-        """Stop Horovod on every rank if the pool has been idle for --rest-after seconds, or at once `at_start` (its
-        first collectives are done, and the first cell wakes it in milliseconds); whether it now rests.
+    def rest_if_idle(self) -> bool:
+        """Stop Horovod on every rank if the pool has been idle for --rest-after seconds; whether it now rests.
 
-        Called by the watcher thread, and as a start ends. Sends only, and only while no other thread holds the lock,
-        so a rest request always reaches the engines before the next cell does.
+        Called by the watcher thread. Sends only, and only while no cell holds the lock, so a rest request always
+        reaches the engines before the next cell does.
         """
         after: float | None = self.options.rest_after
         if after is None:
@@ -493,7 +491,7 @@ class Pool:
             return self.resting
         if not self.can_rest():
             return self.resting
-        if (not at_start and time.monotonic() - self._idle_since < after) or not self.lock.acquire(blocking=False):
+        if time.monotonic() - self._idle_since < after or not self.lock.acquire(blocking=False):
             return False
         try:
             if self.state == "idle" and not self.resting and self.channel is not None:
@@ -503,8 +501,7 @@ class Pool:
                 except ChannelError:
                     return False  # a dead rank: the next cell finds out and restarts the pool
                 self.resting = True
-                if not at_start:  # a start's pool file is written once it is recorded (_start_engines)
-                    self.publish()
+                self.publish()
         finally:
             self.lock.release()
         return self.resting
