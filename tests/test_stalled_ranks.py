@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from conftest import Kernel
 
 from jupyter_hvd import state
@@ -17,7 +18,11 @@ def _ranks() -> list[dict[str, Any]]:
     return pools[0]["ranks"] if pools else []
 
 
-def test_a_rank_waiting_for_a_busy_peer_shows_stalled(tmp_path, monkeypatch):
+@pytest.mark.parametrize("horovod", ["awake", "resting"])
+def test_a_rank_waiting_for_a_busy_peer_shows_stalled(tmp_path, monkeypatch, horovod):
+    """Awake, Horovod's stall inspector names the stall. Resting (the pool was idle before the cell, as between a
+    user's cells), the waiting rank's collective starts Horovod, which waits for every rank: the kernel names it from
+    the rank's own report of its wait."""
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
     kernel = Kernel(extra_env={"JUPYTER_RUNTIME_DIR": str(tmp_path)})
     try:
@@ -26,6 +31,10 @@ def test_a_rank_waiting_for_a_busy_peer_shows_stalled(tmp_path, monkeypatch):
         start = "%hvd_start -np 2 --fail-timeout 3 --env HOROVOD_STALL_CHECK_TIME_SECONDS=2"
         r = kernel.run("%load_ext jupyter_hvd\n" + start)
         assert r.status == "ok" and "Pool ready" in r.stdout, r.error_text + r.stderr
+        deadline = time.monotonic() + 15
+        while horovod == "resting" and "Horovod is resting" not in kernel.run("%hvd_status").stdout:
+            assert time.monotonic() < deadline, "the idle pool's Horovod did not rest"
+            time.sleep(0.5)
         seen: dict[int, dict[str, Any]] = {}
 
         def watch_then_interrupt(_res: Any) -> None:

@@ -172,6 +172,7 @@ class CellRun:
         self._started = time.monotonic()
         self._shown_running = False
         self._stall_said = False
+        self._stalled: dict[int, str] = {}  # ranks shown stalled in this cell -> the tensors they wait on
         self._in_debugger: set[int] = set()  # ranks a breakpoint() holds in pdb (wire.Debugging)
         self._heard = self._started  # when a rank last sent output, metrics or a display
         self._glimpse: where.Glimpse | None = None  # where the ranks are, asked because the cell is quiet
@@ -311,6 +312,7 @@ class CellRun:
                 self._say_where("the sidebar asked", full)
         if self.reason is None and not self._in_debugger:  # a rank in pdb keeps the others waiting, on purpose
             self._check_mismatch()
+            self._check_stall()
             self._glance()
         limit = self.options.time_limit
         if self.reason is None and limit is not None and time.monotonic() - self._started > limit:
@@ -445,16 +447,38 @@ class CellRun:
         """Horovod's stall inspector (rank 0's stderr, while rank 0's cell runs): the ranks it leaves waiting are
         stalled, on those tensors (kernel/failures.py)."""
         running = [rank for rank, run in self.runs.items() if run.state == "running"]
-        stalled = {
-            rank: {"state": "stalled", "stalled_on": tensors}
-            for rank, tensors in failures.stalled(text, running).items()
-        }
+        self._mark_stalled(failures.stalled(text, running))
+
+    def _check_stall(self) -> None:
+        """A rank that has waited in a collective for Horovod's stall-check time while a peer still runs its cell is
+        stalled too where Horovod's inspector cannot say so: its collective started a resting Horovod (a start waits
+        for every rank, and the inspector runs only once all have started), or it is torch.distributed's."""
+        running = [r for r in self.runs.values() if r.state == "running"]
+        if not any(r.waiting is None for r in running):
+            return  # every running rank waits: a mismatch (_check_mismatch), or a collective under way
+        try:
+            after = float(self.pool.options.horovod_env()["HOROVOD_STALL_CHECK_TIME_SECONDS"])
+        except ValueError:  # Horovod then reads it as it does: not this check's to say
+            after = float(self.pool.options.stall_check_s)
+        if after <= 0:
+            return
+        now = time.monotonic()
+        waits = [r.waiting for r in running if r.waiting is not None and now - r.waiting.since >= after]
+        self._mark_stalled({w.rank: w.name for w in waits if self._stalled.get(w.rank) != w.name})
+
+    def _mark_stalled(self, tensors: dict[int, str]) -> None:
+        """Show `tensors`' ranks as stalled, waiting on those tensors; the first time in a cell, say where all are
+        (whoever saw it first: Horovod's inspector or _check_stall)."""
+        if not tensors:
+            return
+        stalled = {rank: {"state": "stalled", "stalled_on": names} for rank, names in tensors.items()}
+        self._stalled.update(tensors)
         self.pool.update_rank_stats(stalled)
         # A stall reported once the cell winds down is that wind-down's own (ranks that left, others signalled): asking
         # where the ranks are then would take up to ANSWER_S + PYSPY_S of the wind-down's --fail-timeout.
-        if stalled and not self._stall_said and self.reason is None:
+        if not self._stall_said and self.reason is None:
             self._stall_said = True
-            self._say_where("Horovod reported a stall", self.options.where_full)
+            self._say_where(f"{format_ranks(sorted(tensors))} stalled", self.options.where_full)
 
     def _check_mismatch(self) -> None:
         """End the cell when its collectives cannot match (kernel/failures.py): uneven ones wind it down, state kept;

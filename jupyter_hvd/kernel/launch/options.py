@@ -88,7 +88,9 @@ class HvdPool(Configurable):
 
     # ---- set-up: config only (tag: no flag) ----------------------------------------------------------------------
     stall_check_s = Int(
-        10, help="HOROVOD_STALL_CHECK_TIME_SECONDS: how soon Horovod names the tensors that stalled ranks wait on"
+        10,
+        help="HOROVOD_STALL_CHECK_TIME_SECONDS: how long a rank waits in a collective for peers still running before "
+        "it shows as stalled (Horovod's stall inspector reads it too)",
     ).tag(config=True, flag=False)
     mpiexec = Unicode(
         "", help="the mpiexec that launches the ranks (default: the one beside this Python, else the PATH's)"
