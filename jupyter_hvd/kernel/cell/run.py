@@ -173,6 +173,7 @@ class CellRun:
         self._shown_running = False
         self._stall_said = False
         self._stalled: dict[int, str] = {}  # ranks shown stalled in this cell -> the tensors they wait on
+        self._where_interrupted = False  # the user's interrupt landed in a stall's Where report
         self._in_debugger: set[int] = set()  # ranks a breakpoint() holds in pdb (wire.Debugging)
         self._heard = self._started  # when a rank last sent output, metrics or a display
         self._glimpse: where.Glimpse | None = None  # where the ranks are, asked because the cell is quiet
@@ -275,7 +276,7 @@ class CellRun:
                 if interrupts > 1 or (self.reason == "interrupt" and self._overdue()):
                     self.lost = Overdue((), "you interrupted twice")
                     return
-                if interrupts == 1 and self.reason is None:
+                if interrupts == 1 and self.reason is None and not self._where_interrupted:
                     self._say_where("you interrupted", self.options.where_full)
                 try:
                     self._begin_wind_down("interrupt")
@@ -432,14 +433,19 @@ class CellRun:
             self.pool.file.end_of_debugging(ev.rank)
         self.pool.update_rank_stats({ev.rank: {"state": "debugger"}} if ev.active else {})
 
-    def _say_where(self, why: str, full: bool) -> None:
+    def _say_where(self, why: str, full: bool, unasked: bool = False) -> None:
         """Where every rank is now, under the cell and in the pool file (kernel/diagnose/where.py); events that arrive
-        meanwhile are handled. Skipped on a second press of the stop button: the wind-down must not wait for it."""
+        meanwhile are handled. Skipped on a second press of the stop button: the wind-down must not wait for it.
+        `unasked` (a stall's report, which the user did not ask for): the press is then the user's interrupt of the
+        cell, raised on to the wait loop, which does not ask again."""
         ended = {r.rank: _ENDED.get(r.state, r.state) for r in self.runs.values() if r.state != "running"}
         try:
             text = where.report(self.pool, why, full, self._handle, (self.number, self.source), ended)
         except KeyboardInterrupt:
             tell.news("where the ranks were: not asked (interrupted).")
+            if unasked:
+                self._where_interrupted = True
+                raise
             return
         tell.news(f"where the ranks were when {why}:\n{where.indented(text)}")
 
@@ -478,7 +484,7 @@ class CellRun:
         # where the ranks are then would take up to ANSWER_S + PYSPY_S of the wind-down's --fail-timeout.
         if not self._stall_said and self.reason is None:
             self._stall_said = True
-            self._say_where(f"{format_ranks(sorted(tensors))} stalled", self.options.where_full)
+            self._say_where(f"{format_ranks(sorted(tensors))} stalled", self.options.where_full, unasked=True)
 
     def _check_mismatch(self) -> None:
         """End the cell when its collectives cannot match (kernel/failures.py): uneven ones wind it down, state kept;
