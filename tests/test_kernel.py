@@ -40,6 +40,9 @@ def test_the_kernel_does_not_import_torch(kernel):
     assert r.status == "ok", r.error_text
     (shown,) = r.outputs
     assert shown["data"]["text/html"] == "<b>rank 0</b>" and "Shown" in shown["data"]["text/plain"]
+    # A widget made on a rank has no model in the notebook's kernel: its text, not a view of a model not found.
+    r = kernel.run("%%hvd\nimport ipywidgets\nipywidgets.IntSlider(3)")
+    assert [d["data"] for d in r.outputs] == [{"text/plain": "IntSlider(value=3)"}], r.outputs
     r = kernel.run("import sys\nprint('torch' in sys.modules)")
     assert r.status == "ok", r.error_text
     assert r.stdout.strip().splitlines()[-1] == "False"

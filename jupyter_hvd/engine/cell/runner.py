@@ -26,6 +26,7 @@ from ..diagnose import debugger
 TAIL_LINES = 20  # kept per rank for error context and the pool status, even when output is not shown
 VALUE_BYTES = 4 * 2**20  # a cell's last value above this (pickled) is shown by its repr; the channel takes 8 MB
 TEXT_CHARS = 100_000  # an error's message or traceback, or a value's repr, is cut here
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 class CellStream(io.TextIOBase):
@@ -121,6 +122,9 @@ def _shown(shell: Any, value: Any) -> wire.Shown:
         data, metadata = shell.display_formatter.format(value)
     except Exception:  # a formatter that raises is reported by IPython itself; the repr still shows
         data, metadata = {}, {}
+    # A widget's view names a model that lives on this engine, not in the notebook's kernel: it would show as
+    # "model not found". Its text stands for it, as for a value that cannot be pickled.
+    data.pop(WIDGET_VIEW, None)
     if "text/plain" not in data:
         try:
             data["text/plain"] = _capped(repr(value))
