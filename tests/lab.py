@@ -73,7 +73,7 @@ def run_browser(script: str, env: dict[str, str], timeout: float) -> tuple[dict,
         failed = result.get("failed_requests", [])
         pytest.fail(
             f"the page logged errors (ui-tests/{script}): {errors}\nfailed requests: {failed}\n"
-            f"the check: {result.get('error', 'passed')}"
+            f"the check: {result.get('error', 'passed')}\nthe cells' outputs: {result.get('outputs', [])}"
         )
     return result, out
 

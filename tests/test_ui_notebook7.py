@@ -78,6 +78,8 @@ def test_live_view_in_notebook7(notebook7: dict[str, object]) -> None:
     # it) not rendered.
     assert final["staticCopies"] == 0 and r["staticVisible"] is False
     assert r["cellText"].count("rank 0 done") == 1, r["cellText"]  # what the user sees: the log once
+    # The reloaded page kept the notebook's kernel, and with it the pool that the last cell stopped.
+    assert len(r["kernelBeforeReload"]) == 1 and r["kernelAfterReload"] == r["kernelBeforeReload"], r
     # After a page reload the finished view is drawn again from the saved notebook.
     again = r["afterReload"]
     assert again["points"] == STEPS and again["lines"] == RANK0_LINES and again["state"] == "done"

@@ -54,12 +54,27 @@ export async function runCheck({ artifacts, viewport = { width: 1300, height: 10
 export async function openNotebook(page, url) {
   await page.goto(url);
   await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60000 });
-  await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').waitFor({ timeout: 60000 });
   // JupyterLab sometimes asks which kernel to start although the notebook names one: accept its choice.
   const kernelDialog = page.locator(".jp-Dialog", { hasText: "Select Kernel" });
   if (await kernelDialog.waitFor({ timeout: 3000 }).then(() => true, () => false)) {
     await kernelDialog.locator("button", { hasText: "Select" }).click();
   }
+  await waitForKernel(page);
+}
+
+/**
+ * Wait until the notebook page shows its kernel idle: connected to the kernel it runs on. A cell run before that
+ * (right after a reload, say) makes JupyterLab and Notebook 7 start a new kernel in place of the running one.
+ */
+export async function waitForKernel(page) {
+  await page.locator(".jp-Notebook .jp-Cell").first().waitFor({ timeout: 60000 });
+  // The toolbar names the kernel once the page is connected to it; the status indicator says "idle" before that.
+  const named = () =>
+    Array.from(document.querySelectorAll(".jp-KernelName"))
+      .filter((e) => e.offsetParent !== null)
+      .some((e) => !["", "No Kernel"].includes(e.textContent.trim()));
+  await page.waitForFunction(named, null, { timeout: 60000 });
+  await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').waitFor({ timeout: 60000 });
 }
 
 /** Run cell `index` (Ctrl+Enter in command mode) and return its locator once its prompt shows it was queued. */

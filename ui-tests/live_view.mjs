@@ -4,7 +4,7 @@
 // Prints one JSON line of what it saw; screenshots go to $ARTIFACTS.
 //
 // Env: NOTEBOOK_URL (JupyterLab's URL of the notebook, token included), ARTIFACTS, CHROMIUM.
-import { isRunning, openNotebook, runCell, runCheck, waitForOutput } from "./driver.mjs";
+import { isRunning, openNotebook, runCell, runCheck, waitForKernel, waitForOutput } from "./driver.mjs";
 
 const { NOTEBOOK_URL, ARTIFACTS = "artifacts/live_view" } = process.env;
 
@@ -90,5 +90,6 @@ await runCheck({ artifacts: ARTIFACTS }, async ({ page, result, shot }) => {
   result.staticVisibleAfterReload = await again.locator(".jhvd-static").isVisible();
   await shot("4-after-reload");
 
+  await waitForKernel(page);
   await waitForOutput(await runCell(page, 2), "Pool stopped");
 });

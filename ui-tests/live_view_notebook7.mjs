@@ -5,7 +5,7 @@
 // Prints one JSON line of what it saw; screenshots go to $ARTIFACTS. The JupyterLab twin is live_view.mjs.
 //
 // Env: NOTEBOOK_URL (http://127.0.0.1:PORT/notebooks/NAME?token=...), ARTIFACTS, CHROMIUM.
-import { isRunning, openNotebook, runCell, runCheck, waitForOutput } from "./driver.mjs";
+import { isRunning, openNotebook, runCell, runCheck, waitForKernel, waitForOutput } from "./driver.mjs";
 
 const { NOTEBOOK_URL, ARTIFACTS = "artifacts/live_view_notebook7" } = process.env;
 
@@ -53,6 +53,14 @@ await runCheck({ artifacts: ARTIFACTS }, async ({ page, result, shot }) => {
     return out;
   }
 
+  // The id of the kernel the server runs for this notebook (its sessions API): a reload must not replace it.
+  async function notebookKernel() {
+    const url = new URL(NOTEBOOK_URL);
+    const path = decodeURIComponent(url.pathname.replace(/^\/notebooks\//, ""));
+    const sessions = await (await fetch(`${url.origin}/api/sessions?token=${url.searchParams.get("token")}`)).json();
+    return sessions.filter((s) => s.path === path).map((s) => s.kernel.id);
+  }
+
   await openNotebook(page, NOTEBOOK_URL);
   result.app = await page.evaluate(() => document.title);
   result.notebook7 = await page.evaluate(() => {
@@ -91,7 +99,9 @@ await runCheck({ artifacts: ARTIFACTS }, async ({ page, result, shot }) => {
   result.readout = await train.locator(".jhvd-readout").textContent();
   await shot("2-done");
 
-  // A reloaded page: the widget comes back from the kernel and asks it for everything once.
+  // A reloaded page: the same kernel (its pool with it), and the widget comes back from it and asks it for
+  // everything once.
+  result.kernelBeforeReload = await notebookKernel();
   await page.keyboard.press("Escape");
   await page.keyboard.press("Control+s");
   await page.waitForTimeout(1000);
@@ -103,8 +113,10 @@ await runCheck({ artifacts: ARTIFACTS }, async ({ page, result, shot }) => {
     { timeout: 60000 },
   );
   result.afterReload = await look(again);
+  result.kernelAfterReload = await notebookKernel();
   result.staticVisibleAfterReload = await again.locator(".jhvd-static").isVisible();
   await shot("3-after-reload");
 
+  await waitForKernel(page);
   await waitForOutput(await runCell(page, 2), "Pool stopped");
 });
