@@ -94,6 +94,19 @@ def handles_in_flight() -> dict[int, Any]:
     return table
 
 
+def op_completed(handle: int) -> bool:
+    """Whether this rank's Horovod op `handle` completed; True for one not in flight (synchronize returns at once)."""
+    if handle not in handles_in_flight():
+        return True
+    poll = getattr(getattr(_mpi_ops(), "mpi_lib", None), "horovod_torch_poll", None)
+    if poll is None:
+        raise _missing("mpi_lib.horovod_torch_poll()", "wait for a collective without keeping a core busy")
+    try:
+        return bool(poll(handle))
+    except ValueError:  # already released in C++ (an interrupted synchronize() left it in the Python table)
+        return True
+
+
 def reset_handles() -> None:
     """Start Horovod's handle numbering (and the names of unnamed ops) from 0 again, after every rank joined."""
     lib = getattr(_mpi_ops(), "mpi_lib", None)
