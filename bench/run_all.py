@@ -34,6 +34,7 @@ BENCHES = [
     "live_view_overhead.py",
     "pace_overhead.py",
     "idle_cpu.py",
+    "wait_cpu.py",
     "first_line.py",
     "process_sets.py",
     "start_torch.py",
