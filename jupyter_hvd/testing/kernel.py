@@ -231,8 +231,14 @@ class Kernel:
         return res
 
     def shutdown(self) -> None:
+        """Shut the kernel down as a Jupyter server does (killed after 5 s). A pool the kernel did not stop by then
+        is ended by its reaper, which reads the pool's file: this waits (up to 20 s) until no file of this kernel's
+        pools is left, so that the runtime directory's removal at exit cannot come first and leave the pool running."""
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=False)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(self.state_dir.glob(f"pool-hvd-{self.pid}-*.json")):
+            time.sleep(0.1)
 
     # ---- its pools, as its Jupyter server sees them --------------------------------------------------------------
 
