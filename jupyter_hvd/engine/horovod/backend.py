@@ -94,18 +94,10 @@ class Horovod:
         """Wait up to `seconds` for this rank's Horovod ops in flight to complete; how many are still in flight."""
         deadline = time.monotonic() + seconds
         while True:
-            in_flight = sum(1 for handle in list(compat.handles_in_flight()) if not self._done(handle))
+            in_flight = sum(1 for handle in list(compat.handles_in_flight()) if not compat.op_completed(handle))
             if not in_flight or time.monotonic() > deadline:
                 return in_flight
             time.sleep(0.002)
-
-    def _done(self, handle: int) -> bool:
-        """Whether a Horovod op has completed; a handle already cleared in C++ (an interrupted synchronize() that
-        never popped it from the Python map) counts as done."""
-        try:
-            return bool(self._hvd.poll(handle))
-        except ValueError:
-            return True
 
     def average(self, local: Any, name: str) -> Any:
         return self._hvd.allreduce(local, op=self._hvd.Average, name=name)
