@@ -35,6 +35,7 @@ BENCHES = [
     "pace_overhead.py",
     "idle_cpu.py",
     "wait_cpu.py",
+    "awake_cpu.py",
     "first_line.py",
     "process_sets.py",
     "start_torch.py",

@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("--print-every", type=int, default=1, help="rank 0 prints the loss every N steps")
     parser.add_argument("--view", default="widget", choices=["widget", "text", "off"], help="the cell's live view")
     parser.add_argument("--np", type=int, default=None, help="ranks (default: one per GPU, else 2 CPU ranks)")
+    parser.add_argument("--start-flags", default="", help="more %%hvd_start flags for the cell's pool")
     parser.add_argument(
         "--ddp", action="store_true", help="torch's DDP on the pool's torch.distributed group, against torchrun"
     )
@@ -51,7 +52,7 @@ def main() -> None:
     train = workload.window_ddp if args.ddp else workload.window
     try:
         k.run(f"%load_ext jupyter_hvd\n%config HvdPool.live_view = {args.view!r}")
-        start = f"%hvd_start -np {np}" + (" --torch-distributed" if args.ddp else "")
+        start = f"%hvd_start -np {np} {args.start_flags}" + (" --torch-distributed" if args.ddp else "")
         assert k.run(start, timeout=300).status == "ok"
         assert k.run("%%hvd\n" + setup, timeout=300).status == "ok"
 

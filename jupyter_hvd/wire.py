@@ -611,6 +611,10 @@ def start(task: Start) -> dict[str, Any]:
 # the parameter from its tuning vector, the second writes to the old index (parameter_manager.cc) and the rank
 # died with SIGSEGV in 3 of 4 tries. (Dynamic process sets do not keep a pool awake: each start registers again those
 # that cells added, engine/horovod/rest.py.)
+# "1": every rank of the pool waits in Horovod's negotiation with naps (engine/horovod/negotiation.py); the kernel
+# decides for the whole pool, since ranks that wait otherwise would never match.
+NEGOTIATION_NAPS_ENV = "JUPYTER_HVD_NEGOTIATION_NAPS"
+
 NO_REST = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_AUTOTUNE")
 
 

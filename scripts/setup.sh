@@ -118,6 +118,14 @@ elif [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_mo
   npm ci --no-audit --no-fund >/dev/null 2>&1 || { echo "npm ci failed in $ROOT" >&2; exit 1; }
 fi
 
+# Horovod's negotiation waited for with naps instead of a busy wait (jupyter_hvd/engine/horovod/negotiation.py), built
+# against the venv's Open MPI; where it cannot be built, ranks busy-wait there as Horovod does under mpirun.
+NEGOTIATION=jupyter_hvd/engine/horovod
+if [ ! -f "$NEGOTIATION/libnegotiation.so" ] || [ "$NEGOTIATION/negotiation.c" -nt "$NEGOTIATION/libnegotiation.so" ]; then
+  "$VENV/bin/mpicc" -O2 -shared -fPIC -o "$NEGOTIATION/libnegotiation.so" "$NEGOTIATION/negotiation.c" \
+    || log "could not build $NEGOTIATION/libnegotiation.so: Horovod's negotiation busy-waits as under mpirun"
+fi
+
 log "installing jupyter-hvd (editable)"
 pip install --no-build-isolation --no-deps -e .
 # The package's bytecode now: where PYTHONDONTWRITEBYTECODE is set (as on CI's machines) each kernel, rank and helper

@@ -158,6 +158,29 @@ def test_a_cell_that_only_waits_leaves_the_cores_alone(k):
     assert rank_lines(r.stdout, "sum") == {0: ["2.0"], 1: ["2.0"]}, r.stdout
 
 
+def test_an_awake_horovod_that_has_little_to_do_leaves_the_cores_alone(k):
+    # Horovod negotiates every 1 ms in an MPI allreduce where Open MPI busy-waits: the rank that arrived first spun
+    # until the other came, a whole core while Horovod was awake with little to do (bench/awake_cpu.py: 100%).
+    # Every rank now waits there with naps (engine/horovod/negotiation.py). Horovod stays awake here: an allreduce
+    # every 0.2 s, for 4 s; each rank says its CPU and how many negotiations it waited for with naps.
+    r = k.run(
+        "%%hvd --ranks all\nimport time\nfrom jupyter_hvd.engine.horovod import negotiation\n"
+        "hvd.allreduce(torch.ones(1), name='awake.first')\n"
+        "waits, c0, w0, step = negotiation.waits(), time.process_time(), time.monotonic(), 0\n"
+        "while time.monotonic() - w0 < 4:\n"
+        "    hvd.allreduce(torch.ones(1), name=f'awake.{step % 4}')\n    step += 1\n    time.sleep(0.2)\n"
+        "print('awake', rank, round(100 * (time.process_time() - c0) / (time.monotonic() - w0)),"
+        " negotiation.waits() - waits)",
+        timeout=120,
+    )
+    assert r.status == "ok", r.error_text
+    awake = rank_lines(r.stdout, "awake")
+    assert sorted(awake) == [0, 1], r.stdout
+    for cpu, waits in awake.values():
+        assert int(waits) > 100, f"a rank waited in Horovod's negotiation without naps:\n{r.stdout}"
+        assert int(cpu) < 50, r.stdout
+
+
 def test_horovods_queries_answer_while_it_rests_and_while_it_stops():
     """hvd.rank(), hvd.cross_rank() and the like answer the same on every call while Horovod rests, starts again and
     stops (the ranks vote to rest, and another rank's stop may end this rank's Horovod before its own): a script's

@@ -85,6 +85,9 @@ def main() -> None:
     # ipykernel stops forwarding C-level output (Horovod's stall and error reports on fd 2) when it sees this
     # variable; engines started from a test session must show what a user's engines show.
     os.environ.pop("PYTEST_CURRENT_TEST", None)
+    from .horovod import negotiation
+
+    negotiation.start()  # before the preload starts Horovod
     threading.Thread(target=_preload, name="jupyter-hvd preload", daemon=True).start()
     from ipyparallel.engine.app import main as engine_main
 

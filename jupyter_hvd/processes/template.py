@@ -51,6 +51,9 @@ class Request:
 def import_engine() -> int:
     """The imports every rank would otherwise do while it starts (engine/main.py's preload); returns torch's default
     number of threads."""
+    from jupyter_hvd.engine.horovod import negotiation
+
+    negotiation.load()  # before Horovod's library, switched off: each forked rank switches it on if its pool says so
     try:
         import horovod.torch  # noqa: F401  (MPI is initialised in the engine, by hvd.init())
     except ImportError:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ... import state
+from ... import state, wire
 from ..channel import IPC_PATH_MAX
 
 log = logging.getLogger("jupyter_hvd")
@@ -31,6 +31,8 @@ TEMPLATE_ENV = "JUPYTER_HVD_TEMPLATE"  # the stub's: where the template listens 
 ENDED_ENV = "JUPYTER_HVD_ENDED"  # the stub's: where it writes how its engine ended (processes/engine_stub.py)
 ENGINE_CMD = [sys.executable, "-m", "jupyter_hvd.engine.main"]
 STUB = Path(__file__).resolve().parents[2] / "processes" / "engine_stub.py"
+# Horovod's negotiation waited for with naps (engine/horovod/negotiation.py), where scripts/setup.sh built it.
+NEGOTIATION_LIBRARY = Path(__file__).resolve().parents[2] / "engine" / "horovod" / "libnegotiation.so"
 # What Python or the loader read before the template's imports: an engine given other values must start cold.
 # (OMP_NUM_THREADS is not among them: a forked engine sets its threads from it, processes/template.py.)
 IMPORT_TIME = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "LD_PRELOAD", "LD_LIBRARY_PATH")
@@ -165,7 +167,21 @@ class Template:
         env[ENDED_ENV] = str(ended)
         if wanted and not self.holding and self.serves(env, mpiexec):
             env[TEMPLATE_ENV] = self.socket
+        # Every rank waits in Horovod's negotiation with naps, or none: ranks started cold load the wrapper before
+        # Horovod themselves, but those the template forks have it only if the template loaded it before its imports.
+        if NEGOTIATION_LIBRARY.is_file() and (TEMPLATE_ENV not in env or self.has_loaded(NEGOTIATION_LIBRARY)):
+            env.setdefault(wire.NEGOTIATION_NAPS_ENV, "1")
         return [sys.executable, "-S", str(STUB)]
+
+    def has_loaded(self, library: Path) -> bool:
+        """Whether the template process has `library` loaded (its memory map names it)."""
+        if self.process is None:
+            return False
+        try:
+            with open(f"/proc/{self.process.pid}/maps") as maps:
+                return any(line.rstrip().endswith(str(library)) for line in maps)
+        except OSError:
+            return False
 
     def stop(self) -> None:
         """End the template (its pipe closes; engines it forked live on with their pools)."""
