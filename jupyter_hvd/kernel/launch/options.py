@@ -78,7 +78,8 @@ class HvdPool(Configurable):
         None,
         allow_none=True,
         help="seconds without Horovod use after which its background thread stops until the next use, between cells "
-        "or within one (an idle Horovod keeps a core per rank busy); 0: never. Default: 2 on CPU ranks, 30 on GPUs",
+        "or within one (awake, it negotiates every 1 ms: 10-15% of a core per rank, a whole core on one rank where "
+        "ranks span hosts); 0: never. Default: 2 on CPU ranks, 30 on GPUs",
     ).tag(config=True, metavar="S")
     timeline = Bool(
         False,
