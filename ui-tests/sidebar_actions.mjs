@@ -72,6 +72,9 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
   const poolBox = sidebar.locator('.jp-HvdPool').first();
   const button = (action) => poolBox.locator(`button[data-action="${action}"]`);
   const shown = () => page.evaluate(poolShown);
+  // What the sidebar shows with the pending note's colours, read at one moment: the note may be gone a moment later.
+  const shownWithPending = () =>
+    page.evaluate(`({ shown: (${poolShown})(), colours: (${colours})('#jupyter-hvd-sidebar .jp-HvdPool-pending') })`);
   const fail = (what, seen) => {
     throw new Error(`${what}: ${JSON.stringify(seen)}`);
   };
@@ -98,8 +101,8 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
 
   // Where asks nothing: the sidebar says it is asking (as information), then shows the picture.
   await button('where').click();
-  result.wherePending = await shown(); // drawn as the button is pressed: the answer takes a second or so
-  result.pendingColours = await page.evaluate(colours, '#jupyter-hvd-sidebar .jp-HvdPool-pending');
+  // Drawn as the button is pressed; the answer may come within a second.
+  ({ shown: result.wherePending, colours: result.pendingColours } = await shownWithPending());
   await shot('2-where-asked');
   await page.waitForTimeout(400);
   result.whereDialog = await page.evaluate(dialogShown); // the test fails on one; here it is answered, to go on
@@ -164,8 +167,7 @@ await runCheck({ artifacts: ARTIFACTS, viewport: { width: 1440, height: 900 } },
     window.__hvdRestartSampler = setInterval(() => seen.push(window.__hvdShown()), 100);
   });
   await page.waitForTimeout(300);
-  result.restarting = await shown();
-  result.restartingColours = await page.evaluate(colours, '#jupyter-hvd-sidebar .jp-HvdPool-pending');
+  ({ shown: result.restarting, colours: result.restartingColours } = await shownWithPending());
   await shot('7-restarting');
   // Done once the new engines are idle, and stay so (the restart replays the setup cell and restores `model` in
   // cells of its own after a first idle moment).
