@@ -25,11 +25,14 @@ from common import report, setup_env, summary
 
 from jupyter_hvd.testing import Kernel
 
-AWAKE = """%%hvd --ranks all
+SETUP = """%%hvd
 import json, resource, time
 def cpu_s():
     u = resource.getrusage(resource.RUSAGE_SELF)
     return u.ru_utime + u.ru_stime
+"""
+
+AWAKE = """%%hvd --ranks all
 hvd.allreduce(torch.ones(1))
 c0, w0 = cpu_s(), time.monotonic()
 while time.monotonic() - w0 < SECONDS:
@@ -39,10 +42,6 @@ print("AWAKE " + json.dumps([rank, 100 * (cpu_s() - c0) / (time.monotonic() - w0
 """
 
 WAKE = """%%hvd --ranks all
-import json, resource, time
-def cpu_s():
-    u = resource.getrusage(resource.RUSAGE_SELF)
-    return u.ru_utime + u.ru_stime
 time.sleep(3)  # past --rest-after (2 s on CPU ranks): Horovod rests
 c0, w0 = cpu_s(), time.perf_counter()
 hvd.allreduce(torch.ones(1))
@@ -63,6 +62,7 @@ def measure(k: Kernel, rounds: int, seconds: float, flags: str) -> dict[str, lis
     try:
         r = k.run(f"%hvd_start -np 2 {flags}", timeout=300)
         assert r.status == "ok", r.error_text
+        assert k.run(SETUP, timeout=120).status == "ok"
         for _ in range(rounds):
             r = k.run(AWAKE.replace("SECONDS", str(seconds)), timeout=seconds + 120)
             assert r.status == "ok", r.error_text

@@ -4,9 +4,9 @@
  * long longs under MPI_BAND or MPI_BOR (MPIController::CrossRankBitwiseAnd/Or). Open MPI busy-waits in it, so the
  * rank that arrives first spins until the last one does. Switched on, this wrapper (MPI's profiling layer: it
  * replaces MPI_Allreduce, Open MPI's PMPI_Allreduce stays) starts that allreduce nonblocking and polls it: 0.1 ms as
- * MPI would, then naps of a tenth of the time waited so far, at most 1 ms. Every other call, and every call while
- * switched off, goes to Open MPI unchanged. All ranks of a pool or none: a nonblocking collective does not match a
- * blocking one.
+ * MPI would, then naps of a tenth of the time waited so far, at most 1 ms (as the pool's own wait for an op naps,
+ * engine/collectives.py). Every other call, and every call while switched off, goes to Open MPI unchanged. All ranks
+ * of a pool or none: a nonblocking collective does not match a blocking one.
  */
 #include <mpi.h>
 #include <time.h>

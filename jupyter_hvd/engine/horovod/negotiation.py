@@ -37,6 +37,7 @@ def load() -> bool:
             _library = ctypes.CDLL(str(LIBRARY), mode=ctypes.RTLD_GLOBAL)
         except OSError:
             return False
+        _library.jupyter_hvd_negotiation_waits.restype = ctypes.c_long
     return _library is not None
 
 
@@ -45,7 +46,7 @@ def start(env: Mapping[str, str] = os.environ) -> None:
     its peers would wait for it in an allreduce it never joins."""
     if env.get(wire.NEGOTIATION_NAPS_ENV) != "1":
         return
-    if not load() or _library is None:
+    if not load() or _library is None:  # (the second for the type checker)
         raise RuntimeError(
             f"this rank cannot load {LIBRARY}, which the pool's other ranks wait with in Horovod's negotiation: "
             "`bash scripts/setup.sh` builds it again"
@@ -55,7 +56,4 @@ def start(env: Mapping[str, str] = os.environ) -> None:
 
 def waits() -> int:
     """How many negotiations this rank waited for with naps (0 where the wrapper is off or not loaded)."""
-    if _library is None:
-        return 0
-    _library.jupyter_hvd_negotiation_waits.restype = ctypes.c_long
-    return int(_library.jupyter_hvd_negotiation_waits())
+    return 0 if _library is None else int(_library.jupyter_hvd_negotiation_waits())
