@@ -99,6 +99,28 @@ def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ["JUPYTER_RUNTIME_DIR"] = old
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _worker_template(_state_dir: Path) -> Iterator[None]:
+    """One warm template for this worker's kernels, as the kernels of one Jupyter server share one: a kernel's own
+    costs about 3 CPU-s (torch's import and a first optimizer step), a tenth of the suite's CPU. Kernels that test
+    a template of their own set JUPYTER_HVD_TEMPLATE_DIR to "" (their runtime directory's, as a lone user's)."""
+    from jupyter_hvd import state
+    from jupyter_hvd.kernel.errors import PoolError
+    from jupyter_hvd.kernel.launch.launcher import find_mpiexec
+    from jupyter_hvd.kernel.launch.template import TEMPLATE_DIR_ENV, template
+
+    os.environ[TEMPLATE_DIR_ENV] = str(state.state_dir())  # (made here: _state_dir's, in this worker's runtime)
+    try:
+        template.start(find_mpiexec())
+    except PoolError:
+        pass  # no mpiexec: the tests that need one say so
+    deadline = time.monotonic() + 60
+    while template.alive() and not template.ready() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield
+    os.environ.pop(TEMPLATE_DIR_ENV, None)
+
+
 @pytest.fixture(scope="session")
 def _shell() -> Any:
     from IPython.testing.globalipapp import start_ipython

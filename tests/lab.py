@@ -150,6 +150,15 @@ def jupyterlab(
             "state_dir": Path(state_dir),
         }
     finally:
+        # Engines forked from the test run's shared template show its environment, not this server's: they are
+        # found by their kernels' pool ids.
+        kernels = []
+        for p in ours(runtime):
+            try:
+                if "ipykernel" in " ".join(p.cmdline()):
+                    kernels.append(p.pid)
+            except psutil.Error:
+                continue
         server.terminate()  # kernels are shut down with the server; their pools stop with them
         try:
             server.wait(timeout=30)
@@ -159,18 +168,28 @@ def jupyterlab(
         log.close()
         deadline = time.monotonic() + 15
         while True:
-            leftovers = []
-            for p in psutil.process_iter():
-                try:
-                    if p.environ().get("JUPYTER_RUNTIME_DIR") == runtime and p.status() != psutil.STATUS_ZOMBIE:
-                        leftovers.append(p)
-                except psutil.Error:
-                    continue
+            leftovers = ours(runtime, tuple(f"hvd-{pid}-" for pid in kernels))
             if not leftovers or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
         state.kill_processes(leftovers)
     assert not leftovers, f"processes left after jupyter {app} stopped: {[p.pid for p in leftovers]}"
+
+
+def ours(runtime: str, pools: tuple[str, ...] = ()) -> list[psutil.Process]:
+    """Live processes started with Jupyter runtime directory `runtime`, or of a pool whose id starts with one of
+    `pools`."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            env = p.environ()
+            if p.status() != psutil.STATUS_ZOMBIE and (
+                env.get("JUPYTER_RUNTIME_DIR") == runtime or (pools and env.get(state.POOL_ENV, "").startswith(pools))
+            ):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
 
 
 def this_checkouts_sidebar(tmp_path: Path) -> dict[str, str]:

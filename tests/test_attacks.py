@@ -319,6 +319,44 @@ def test_state_directory_of_someone_else_or_writable_by_others_is_refused(ip, tm
     assert state.state_dir() == d
 
 
+def test_a_template_in_a_directory_others_can_change_is_not_borrowed(tmp_path, other_user):
+    """Kernels borrow each other's warm template through JUPYTER_HVD_TEMPLATE_DIR: one planted where others can write
+    (its socket would receive the ranks' environment and stdio) is not used; the pool starts cold and works."""
+    from jupyter_hvd.kernel.launch.launcher import find_mpiexec
+    from jupyter_hvd.kernel.launch.template import KEY, import_time_env, mpi_lib, package_dir, template
+
+    assert template.ready(), "the test run's shared template (tests/conftest.py) is the one named"
+    shared = tmp_path / "templates"
+    planted = shared / "template-999"
+    planted.mkdir(parents=True)
+    (planted / "ready").touch()
+    key = {"pid": template.pid, "python": sys.executable, "package": package_dir(), "mpi_lib": mpi_lib(find_mpiexec())}
+    state.write_json(planted / KEY, {**key, "env": import_time_env(dict(os.environ))})
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(planted / "engines"))
+    listener.listen(8)
+    listener.setblocking(False)
+    cases = [(0o777, None)] + ([(0o755, other_user.pw_uid)] if other_user is not None else [])
+    try:
+        for mode, owner in cases:
+            shared.chmod(mode)
+            if owner is not None:
+                os.chown(shared, owner, -1)
+            k = Kernel(extra_env={"JUPYTER_HVD_TEMPLATE_DIR": str(shared)})
+            try:
+                r = k.run("%hvd_start -np 2", timeout=120)
+                assert r.status == "ok", r.error_text + r.stderr
+                r = k.run("%%hvd --ranks all\nimport os\nprint('warm', os.environ.get('JUPYTER_HVD_WARM_ENGINE'))")
+                assert r.stdout.count("warm None") == 2, r.error_text + r.stdout
+            finally:
+                k.shutdown()
+            with pytest.raises(BlockingIOError):
+                listener.accept()  # no stub came
+            os.chown(shared, os.geteuid(), -1)
+    finally:
+        listener.close()
+
+
 def test_a_snapshot_directory_someone_else_made_is_refused_and_nothing_is_written_there(tmp_path, other_user):
     """On a host without a shared file system the ranks make the snapshots' directory themselves: one that another
     user made first (or that others can write) is refused, said, and no snapshot goes into it."""

@@ -18,9 +18,9 @@ import time
 import ipyparallel
 import psutil
 import pytest
-from conftest import Kernel, new_kernel
+from conftest import Kernel
 
-from jupyter_hvd.kernel.launch.template import STUB
+from jupyter_hvd.kernel.launch.template import STUB, TEMPLATE_DIR_ENV
 from jupyter_hvd.testing.faults import engines_of
 
 PROBE = (
@@ -40,7 +40,7 @@ def probe(k: Kernel) -> dict[int, dict]:
 
 
 def template_pid(k: Kernel) -> int:
-    r = k.run("from jupyter_hvd.kernel.launch.template import template\nprint('tpl', template.process.pid)")
+    r = k.run("from jupyter_hvd.kernel.launch.template import template\nprint('tpl', template.pid)")
     return int(r.stdout.split("tpl ")[1].split()[0])
 
 
@@ -53,9 +53,13 @@ def wait_ready(k: Kernel, timeout: float = 60) -> None:
     assert "ready True" in k.run(code, timeout=timeout + 10).stdout
 
 
+# A template of the kernel's own (these tests kill it), not the one the test run's kernels share.
+OWN = {TEMPLATE_DIR_ENV: ""}
+
+
 @pytest.fixture(scope="module")
 def k():
-    kernel = new_kernel()
+    kernel = Kernel(extra_env=OWN)
     r = kernel.run("%load_ext jupyter_hvd", timeout=60)
     assert r.status == "ok", r.error_text
     wait_ready(kernel)
@@ -168,7 +172,7 @@ def test_without_a_template_the_pool_starts_cold(k: Kernel) -> None:
 
 
 def test_the_kernels_death_ends_the_template_and_its_engines() -> None:
-    kernel = new_kernel()
+    kernel = Kernel(extra_env=OWN)
     r = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2 --timeout 60", timeout=120)
     assert r.status == "ok", r.error_text + r.stderr
     rows = probe(kernel)
@@ -182,7 +186,7 @@ def test_the_kernels_death_ends_the_template_and_its_engines() -> None:
 
 
 def test_a_start_right_after_load_ext_runs_cold_and_the_template_waits_for_it() -> None:
-    kernel = Kernel(extension=False)
+    kernel = Kernel(extension=False, extra_env=OWN)
     try:
         # As a notebook run top to bottom: the template has not begun its imports, which would slow the ranks'.
         r = kernel.run("%load_ext jupyter_hvd\n%hvd_start -np 2 --timeout 60", timeout=120)
@@ -208,3 +212,50 @@ def test_a_stub_without_its_template_starts_the_engine_cold(tmp_path) -> None:
             [sys.executable, "-S", str(STUB), "--version"], env=env, capture_output=True, text=True, timeout=60
         )
         assert out.returncode == 0 and out.stdout.strip() == ipyparallel.__version__, out  # ipyparallel's engine
+
+
+def test_a_kernel_borrows_a_ready_template_and_outlives_its_lender(tmp_path) -> None:
+    where = tmp_path / "templates"  # the state directory of one Jupyter server's kernels, as far as templates go
+    where.mkdir(mode=0o700)
+    shared = {TEMPLATE_DIR_ENV: str(where)}
+    lender = Kernel(extra_env=shared)
+    borrower = Kernel(extra_env=shared)  # (the lender's template was ready: Kernel() waited for it)
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    (notebooks / "helpers_of_mine.py").write_text("ANSWER = 42\n")
+    try:
+        tpl = template_pid(lender)
+        assert template_pid(borrower) == tpl
+        assert sorted(p.is_symlink() for p in where.glob("template-*")) == [False, True]  # the lender's, a link to it
+        r = borrower.run(f"%cd {notebooks}\n%hvd_start -np 2 --timeout 60", timeout=120)
+        assert r.status == "ok", r.error_text + r.stderr
+        before = probe(borrower)
+        assert all(row["ppid"] == tpl and (row["warm"] or "").isdigit() for row in before.values()), before
+        # The borrower's ranks import from its own directory, as ranks started there would.
+        r = borrower.run("%%hvd --ranks all\nimport helpers_of_mine\nprint('answer', rank, helpers_of_mine.ANSWER)")
+        assert r.stdout.count("answer") == 2 and "42" in r.stdout, r.error_text + r.stdout
+
+        lender.shutdown()  # its template serves no one new, and stays for the borrower's ranks
+        assert sorted(probe(borrower)) == [0, 1]
+        assert psutil.pid_exists(tpl)
+
+        def kill(_res: object) -> None:
+            time.sleep(1.0)
+            os.kill(before[1]["pid"], signal.SIGKILL)
+
+        r = borrower.run("%%hvd\nimport time\nfor i in range(200):\n    time.sleep(0.05)\n", timeout=120, on_start=kill)
+        # How the rank ended still reaches the borrower (the lender's template told the rank's stub), and the pool
+        # restarts from a template of the borrower's own.
+        assert f"Rank 1 (pid {before[1]['pid']}, " in r.error_text and "died on signal 9" in r.error_text, r.error_text
+        assert "restarted" in r.error_text, r.error_text
+        after = probe(borrower)
+        assert sorted(after) == [0, 1] and template_pid(borrower) != tpl
+        deadline = time.monotonic() + 15
+        while psutil.pid_exists(tpl) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not psutil.pid_exists(tpl)  # its last engine ended with the restart: so did it
+    finally:
+        for kernel in (lender, borrower):
+            if kernel.km.is_alive():
+                kernel.run("%hvd_stop", timeout=60)
+                kernel.shutdown()

@@ -8,7 +8,8 @@ gets only the calling thread, and MPI's and CUDA's state cannot be shared. The c
 environment, and becomes ipyparallel's engine as `python -m jupyter_hvd.engine.main` would.
 
 Started by the kernel (kernel/launch/template.py) with a pipe on stdin: its end (the kernel exited) ends the
-template. Engines already forked live on: each is tied to its stub, and so to mpiexec and the pool's reaper.
+template once the engines it forked have ended (they may be other kernels', which borrowed it); it serves no one new
+meanwhile. Each engine is tied to its stub, and so to mpiexec and the pool's reaper.
 Usage: `python -m jupyter_hvd.processes.template FD DIRECTORY` (FD: the listening socket, inherited; DIRECTORY: where
 it says it is ready).
 """
@@ -138,6 +139,7 @@ def serve(fd: int, directory: str) -> Request:
     hold(directory)
     threads = import_engine()
     warm = False
+    closing = False  # the kernel that started it is gone
     children: dict[int, tuple[socket.socket, int]] = {}  # pidfd -> (the stub's connection, the engine's pid)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "listener")
@@ -150,9 +152,22 @@ def serve(fd: int, directory: str) -> Request:
             open(os.path.join(directory, READY), "w").close()  # the kernel's template.ready()
         for key, _ in events:
             if key.data == "kernel":  # (a late HOLD or GO: too late to matter)
-                if not os.read(sys.stdin.fileno(), 4096):
+                if os.read(sys.stdin.fileno(), 4096):
+                    continue
+                if not children:
                     end(directory)
+                # Engines forked for kernels that borrowed this template still run: it serves no one new, and stays
+                # to tell their stubs how each ends (the report of a death), then exits with the last.
+                import shutil
+
+                shutil.rmtree(directory, ignore_errors=True)
+                selector.unregister(listener)
+                selector.unregister(sys.stdin.fileno())
+                listener.close()
+                closing = warm = True
             elif key.data == "listener":
+                if closing:
+                    continue
                 conn, _ = listener.accept()
                 conn.settimeout(5.0)  # a stub sends its request at once: one that does not must not hold the others
                 try:
@@ -194,6 +209,8 @@ def serve(fd: int, directory: str) -> Request:
                 except OSError:
                     pass
                 conn.close()
+                if closing and not children:
+                    os._exit(0)
 
 
 def watch_stub(pid: int) -> None:
@@ -245,6 +262,8 @@ def become_engine(request: Request) -> None:
     os.environ.clear()
     os.environ.update(request.env)  # MPI's init reads mpiexec's PMIx variables from here, at hvd.init()
     os.environ[WARM_ENV] = str(request.stub_pid)  # where this rank came from (its launch time, in the bootstrap)
+    if sys.path and sys.path[0] == os.getcwd():  # `python -m` put the template's directory first, a cold engine its own
+        sys.path[0] = request.cwd  # (that of a kernel that borrowed the template may be another)
     os.chdir(request.cwd)
     import jupyter_hvd.engine.main as engine
 

@@ -134,6 +134,7 @@ class Kernel:
             runtime = tempfile.mkdtemp(prefix="hvd-k-")
             atexit.register(shutil.rmtree, runtime, ignore_errors=True)
             env["JUPYTER_RUNTIME_DIR"] = runtime
+        self.env = env
         self.runtime_dir = Path(env["JUPYTER_RUNTIME_DIR"])
         self.state_dir = self.runtime_dir / "jupyter-hvd"  # where its pools' files are (jupyter_hvd.state)
         self.km = KernelManager(kernel_name="python3")
@@ -146,16 +147,17 @@ class Kernel:
             self.wait_for_template()
 
     def wait_for_template(self, timeout: float = 60.0) -> bool:
-        """Wait until this kernel's warm template is ready (kernel/launch/template.py); False where it has none (no
-        mpiexec, `c.HvdPool.warm_start = False`), it died, or it was not ready within `timeout` s. Pools start their
-        ranks cold then, as the user's would."""
+        """Wait until this kernel's warm template (its own, or one it borrowed: kernel/launch/template.py) is ready;
+        False where it has none (no mpiexec, `c.HvdPool.warm_start = False`), it died, or it was not ready within
+        `timeout` s. Pools start their ranks cold then, as the user's would."""
         import psutil
 
-        from jupyter_hvd.kernel.launch.template import directory_of
+        from jupyter_hvd.kernel.launch.template import TEMPLATE_DIR_ENV, directory_of
 
-        ready = directory_of(self.state_dir, self.pid) / "ready"
+        where = Path(self.env.get(TEMPLATE_DIR_ENV) or self.state_dir)
+        mine = directory_of(where, self.pid)
         deadline = time.monotonic() + timeout
-        while not ready.exists():
+        while not (mine / "ready").exists():
             try:
                 children = psutil.Process(self.pid).children()
                 alive = any("jupyter_hvd.processes.template" in " ".join(c.cmdline()) for c in children)

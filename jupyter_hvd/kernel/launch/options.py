@@ -114,7 +114,8 @@ class HvdPool(Configurable):
         True,
         help="fork a pool's engines on this host from a process that imported torch, Horovod and ipyparallel when "
         "the extension loaded (a start right after the load runs cold; c.InteractiveShellApp.extensions = "
-        "['jupyter_hvd'] loads it with the kernel); False: every engine imports for itself",
+        "['jupyter_hvd'] loads it with the kernel; kernels with the same Python and import-time environment share "
+        "one, JUPYTER_HVD_TEMPLATE_DIR says where); False: every engine imports for itself",
     ).tag(config=True, flag=False)
     live_view = Enum(
         VIEW_MODES,

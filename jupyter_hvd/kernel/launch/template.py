@@ -1,5 +1,8 @@
 """The kernel's warm template of engines (processes/template.py): started once, when the extension loads, and used by
-every pool on this host whose engines could not tell a forked engine from a freshly started one.
+every pool on this host whose engines could not tell a forked engine from a freshly started one. A kernel that finds
+a ready template of another kernel of its user, started with the same Python, package and import-time environment,
+borrows it instead (about 3 CPU-seconds and the memory of torch's import saved per kernel); where that kernel ends,
+the next pool start makes its own.
 
 Runs in the user's kernel. A pool's launch asks `engine_command` for what mpiexec runs per rank: on this host the stub
 (processes/engine_stub.py), which has the template fork the engine where the template can serve the pool and else
@@ -22,6 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
+
 from ... import state, wire
 from ..channel import IPC_PATH_MAX
 
@@ -40,12 +45,39 @@ IMPORT_TIME_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_")
 # The template waits 1 s before its imports (processes/template.py's HOLD_S): a start asked within this long of the
 # template's can still tell it to wait until the start is done.
 HOLD_WITHIN_S = 0.75
+# Where kernels find each other's templates: the state directory unless this names another of the user's own (the
+# tests' kernels each have a runtime directory of their own and share their worker's template through it).
+TEMPLATE_DIR_ENV = "JUPYTER_HVD_TEMPLATE_DIR"
+KEY = "template.json"  # beside the socket: what a borrower must match (pid, python, package, mpi_lib, env)
 
 
-def directory_of(state_dir: Path, kernel_pid: int) -> Path:
+def templates_dir() -> Path:
+    """Where this kernel's template goes and where it looks for others' (TEMPLATE_DIR_ENV, else the state directory);
+    raises state.UnsafeStateDir where others could write to it."""
+    named = os.environ.get(TEMPLATE_DIR_ENV)
+    if not named:
+        return state.state_dir()
+    state.check_private(Path(named))
+    return Path(named)
+
+
+def directory_of(where: Path, kernel_pid: int) -> Path:
     """The directory of kernel `kernel_pid`'s template: its socket, and the `ready` file it writes once warm
-    (processes/template.py's READY)."""
-    return state_dir / f"template-{kernel_pid}"
+    (processes/template.py's READY). A symlink to the lender's directory where the kernel borrowed one."""
+    return where / f"template-{kernel_pid}"
+
+
+def import_time_env(env: dict[str, str]) -> dict[str, str]:
+    """What of `env` Python or the loader reads when a process starts: a forked engine keeps the template's."""
+    return {
+        key: value
+        for key, value in env.items()
+        if key in IMPORT_TIME or (key.startswith(IMPORT_TIME_PREFIXES) and key != "OMP_NUM_THREADS")
+    }
+
+
+def package_dir() -> str:
+    return str(Path(__file__).resolve().parents[2])
 
 
 def mpi_lib(mpiexec: str) -> str:
@@ -57,9 +89,11 @@ class Template:
     """The template process of this kernel, and the socket its stubs reach it on."""
 
     def __init__(self) -> None:
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | None = None  # this kernel's own; None where it borrowed one
+        self.pid: int | None = None  # the template process, this kernel's or the one it borrowed
         self.directory: Path | None = None
-        self.env: dict[str, str] = {}
+        self.link: Path | None = None  # directory_of(this kernel) where it borrowed: a symlink to the lender's
+        self.env: dict[str, str] = {}  # what it was started with (of a borrowed one: what is read at import)
         self.started_at = 0.0
         self.mpi_lib = ""  # the library directory of the mpiexec it was started for
         self.holding = False  # a start runs cold and the template waits for it before its imports
@@ -74,8 +108,14 @@ class Template:
         that will launch the stubs."""
         if self.alive():
             return
+        self.stop()  # (one that died: its directory and link go)
         try:
-            directory = directory_of(state.state_dir(), os.getpid())
+            where = templates_dir()
+            if self.borrow(where, mpiexec):
+                return
+            directory = directory_of(where, os.getpid())
+            if directory.is_symlink():
+                directory.unlink()
             shutil.rmtree(directory, ignore_errors=True)
             directory.mkdir(mode=0o700)
             state.check_private(directory)
@@ -114,10 +154,43 @@ class Template:
             return
         finally:
             listener.close()
+        self.pid = self.process.pid
         self.started_at = time.monotonic()
+        key = {"pid": self.pid, "python": sys.executable, "package": package_dir(), "mpi_lib": self.mpi_lib}
+        try:
+            state.write_json(directory / KEY, {**key, "env": import_time_env(self.env)})
+        except OSError as exc:
+            log.debug("the template cannot be lent: %s", exc)
+
+    def borrow(self, where: Path, mpiexec: str) -> bool:
+        """Use a ready template of another kernel in `where` that would fork engines as this kernel's own would."""
+        wanted = {"python": sys.executable, "package": package_dir(), "mpi_lib": mpi_lib(mpiexec)}
+        env = import_time_env(dict(os.environ))
+        for directory in sorted(where.glob("template-*")):
+            if directory.is_symlink() or directory.name == f"template-{os.getpid()}":
+                continue  # another borrower's link; this kernel's own from before
+            key = state.read_pool(directory / KEY)
+            if not key or any(key.get(k) != v for k, v in wanted.items()) or key.get("env") != env:
+                continue
+            pid = key.get("pid")
+            if not isinstance(pid, int) or not (directory / "ready").exists() or not is_template(pid):
+                continue
+            link = directory_of(where, os.getpid())
+            try:
+                link.unlink(missing_ok=True)
+                link.symlink_to(directory)
+            except OSError:
+                return False
+            self.pid, self.directory, self.link, self.env = pid, directory, link, env
+            self.mpi_lib, self.started_at = wanted["mpi_lib"], 0.0  # (never held: it is ready)
+            return True
+        return False
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        if self.process is not None:
+            return self.process.poll() is None
+        # A borrowed one: its directory goes when its kernel ends (it then serves no one new).
+        return self.pid is not None and self.directory is not None and (self.directory / "engines").exists()
 
     def ready(self) -> bool:
         """Whether it lives and its imports are done (a pool started now waits for no import)."""
@@ -128,12 +201,7 @@ class Template:
         come from the template: it lives, and nothing read at a process's start differs from what it started with."""
         if not self.alive() or mpi_lib(mpiexec) != self.mpi_lib:
             return False
-        engines = {**os.environ, **env}
-        for key in engines.keys() | self.env.keys():
-            read_at_import = key in IMPORT_TIME or (key.startswith(IMPORT_TIME_PREFIXES) and key != "OMP_NUM_THREADS")
-            if read_at_import and engines.get(key) != self.env.get(key):
-                return False
-        return True
+        return import_time_env({**os.environ, **env}) == import_time_env(self.env)
 
     @contextmanager
     def aside(self) -> Iterator[None]:
@@ -175,26 +243,47 @@ class Template:
 
     def has_loaded(self, library: Path) -> bool:
         """Whether the template process has `library` loaded (its memory map names it)."""
-        if self.process is None:
+        if self.pid is None:
             return False
         try:
-            with open(f"/proc/{self.process.pid}/maps") as maps:
+            with open(f"/proc/{self.pid}/maps") as maps:
                 return any(line.rstrip().endswith(str(library)) for line in maps)
         except OSError:
             return False
 
     def stop(self) -> None:
         """End the template (its pipe closes; engines it forked live on with their pools)."""
-        process, self.process = self.process, None
+        process, self.process, self.pid = self.process, None, None
         if process is not None:
             try:
                 process.stdin.close()  # type: ignore[union-attr]
                 process.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
-                process.kill()
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
-            self.directory = None
+                if not serving_engines(process.pid):  # (engines of kernels that borrowed it: it ends after them)
+                    process.kill()
+            if self.directory is not None:
+                shutil.rmtree(self.directory, ignore_errors=True)
+        if self.link is not None:  # a borrowed one lives on with its kernel
+            self.link.unlink(missing_ok=True)
+        self.directory = self.link = None
+
+
+def serving_engines(pid: int) -> bool:
+    """Whether template `pid` has forked engines still running."""
+    try:
+        return bool(psutil.Process(pid).children())
+    except psutil.Error:
+        return False
+
+
+def is_template(pid: int) -> bool:
+    """Whether process `pid` is a template (processes/template.py) of this user."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = f.read()
+        return os.stat(f"/proc/{pid}").st_uid == os.getuid() and b"jupyter_hvd.processes.template" in command
+    except OSError:
+        return False
 
 
 template = Template()  # one per kernel
