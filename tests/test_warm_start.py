@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import ipyparallel
 import psutil
@@ -215,8 +218,8 @@ def test_a_stub_without_its_template_starts_the_engine_cold(tmp_path) -> None:
 
 
 def test_a_kernel_borrows_a_ready_template_and_outlives_its_lender(tmp_path) -> None:
-    where = tmp_path / "templates"  # the state directory of one Jupyter server's kernels, as far as templates go
-    where.mkdir(mode=0o700)
+    # The state directory of one Jupyter server's kernels, as far as templates go; short, for the socket's name.
+    where = Path(tempfile.mkdtemp(prefix="hvd-t-"))
     shared = {TEMPLATE_DIR_ENV: str(where)}
     lender = Kernel(extra_env=shared)
     borrower = Kernel(extra_env=shared)  # (the lender's template was ready: Kernel() waited for it)
@@ -232,8 +235,10 @@ def test_a_kernel_borrows_a_ready_template_and_outlives_its_lender(tmp_path) -> 
         before = probe(borrower)
         assert all(row["ppid"] == tpl and (row["warm"] or "").isdigit() for row in before.values()), before
         # The borrower's ranks import from its own directory, as ranks started there would.
-        r = borrower.run("%%hvd --ranks all\nimport helpers_of_mine\nprint('answer', rank, helpers_of_mine.ANSWER)")
-        assert r.stdout.count("answer") == 2 and "42" in r.stdout, r.error_text + r.stdout
+        r = borrower.run(
+            "%%hvd --ranks all\nimport helpers_of_mine\nprint('answer', helpers_of_mine.ANSWER, os.getcwd())"
+        )
+        assert r.stdout.count(f"answer 42 {notebooks}\n") == 2, r.error_text + r.stdout
 
         lender.shutdown()  # its template serves no one new, and stays for the borrower's ranks
         assert sorted(probe(borrower)) == [0, 1]
@@ -259,3 +264,4 @@ def test_a_kernel_borrows_a_ready_template_and_outlives_its_lender(tmp_path) -> 
             if kernel.km.is_alive():
                 kernel.run("%hvd_stop", timeout=60)
                 kernel.shutdown()
+        shutil.rmtree(where, ignore_errors=True)

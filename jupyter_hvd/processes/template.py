@@ -267,7 +267,9 @@ def become_engine(request: Request) -> None:
     os.chdir(request.cwd)
     import jupyter_hvd.engine.main as engine
 
-    sys.argv = [engine.__file__, *request.args]  # as `python -m jupyter_hvd.engine.main ARGS` has it
+    # As `python -m jupyter_hvd.engine.main ARGS` has it, in the stub's directory: ipyparallel changes to its
+    # work_dir, whose default is the directory it was imported in (the template's).
+    sys.argv = [engine.__file__, f"--work-dir={request.cwd}", *request.args]
     threads = os.environ.get("OMP_NUM_THREADS", "")
     import numpy
     import torch

@@ -48,7 +48,7 @@ HOLD_WITHIN_S = 0.75
 # Where kernels find each other's templates: the state directory unless this names another of the user's own (the
 # tests' kernels each have a runtime directory of their own and share their worker's template through it).
 TEMPLATE_DIR_ENV = "JUPYTER_HVD_TEMPLATE_DIR"
-KEY = "template.json"  # beside the socket: what a borrower must match (pid, python, package, mpi_lib, env)
+KEY = "template.json"  # beside the socket: what a borrower must match (Python, package, MPI, namespaces, env)
 
 
 def templates_dir() -> Path:
@@ -78,6 +78,18 @@ def import_time_env(env: dict[str, str]) -> dict[str, str]:
 
 def package_dir() -> str:
     return str(Path(__file__).resolve().parents[2])
+
+
+def namespaces() -> dict[str, str]:
+    """This process's Linux namespaces: a forked engine lives in its template's (a kernel in another network
+    namespace, as on a host made with `ip netns`, must not borrow one)."""
+    found = {}
+    for kind in ("net", "mnt", "pid", "ipc", "uts", "user", "cgroup"):
+        try:
+            found[kind] = os.readlink(f"/proc/self/ns/{kind}")
+        except OSError:
+            found[kind] = ""
+    return found
 
 
 def mpi_lib(mpiexec: str) -> str:
@@ -156,7 +168,8 @@ class Template:
             listener.close()
         self.pid = self.process.pid
         self.started_at = time.monotonic()
-        key = {"pid": self.pid, "python": sys.executable, "package": package_dir(), "mpi_lib": self.mpi_lib}
+        key: dict[str, object] = {"pid": self.pid, "python": sys.executable, "package": package_dir()}
+        key.update(mpi_lib=self.mpi_lib, namespaces=namespaces())
         try:
             state.write_json(directory / KEY, {**key, "env": import_time_env(self.env)})
         except OSError as exc:
@@ -164,7 +177,8 @@ class Template:
 
     def borrow(self, where: Path, mpiexec: str) -> bool:
         """Use a ready template of another kernel in `where` that would fork engines as this kernel's own would."""
-        wanted = {"python": sys.executable, "package": package_dir(), "mpi_lib": mpi_lib(mpiexec)}
+        wanted: dict[str, object] = {"python": sys.executable, "package": package_dir(), "mpi_lib": mpi_lib(mpiexec)}
+        wanted["namespaces"] = namespaces()
         env = import_time_env(dict(os.environ))
         for directory in sorted(where.glob("template-*")):
             if directory.is_symlink() or directory.name == f"template-{os.getpid()}":
@@ -182,7 +196,7 @@ class Template:
             except OSError:
                 return False
             self.pid, self.directory, self.link, self.env = pid, directory, link, env
-            self.mpi_lib, self.started_at = wanted["mpi_lib"], 0.0  # (never held: it is ready)
+            self.mpi_lib, self.started_at = mpi_lib(mpiexec), 0.0  # (never held: it is ready)
             return True
         return False
 
