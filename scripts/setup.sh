@@ -20,9 +20,11 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 command -v "$PY" >/dev/null || PY=python3
 [ -x "$VENV/bin/python" ] || { log "creating $VENV"; "$PY" -m venv "$VENV"; }
 export PATH="$VENV/bin:$PATH"   # the venv's mpicc/mpirun first, so Horovod, mpi4py and ipyparallel share one libmpi
-# pip, quiet, without this machine's harmless "Location ... is ignored" notes about local indexes.
+# pip, quiet, without this machine's harmless "Location ... is ignored" notes about local indexes; installs without
+# byte-compiling every file (torch alone: 20 s -> 6 s on 2 cores): Python compiles what it imports, once.
 pip() {
   local out rc=0
+  if [ "$1" = install ]; then shift; set -- install --no-compile "$@"; fi
   out=$("$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2>&1) || rc=$?
   printf '%s\n' "$out" | grep -v -e "is ignored: it is neither" -e '^$' || true
   return $rc
