@@ -102,7 +102,7 @@ def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(autouse=True, scope="session")
 def _worker_template(_state_dir: Path) -> Iterator[None]:
     """One warm template for this worker's kernels, as the kernels of one Jupyter server share one: a kernel's own
-    costs about 3 CPU-s (torch's import and a first optimizer step), a tenth of the suite's CPU. Kernels that test
+    costs about 3 CPU-s (torch's import and a first optimizer step), a fifth of the suite's CPU. Kernels that test
     a template of their own set JUPYTER_HVD_TEMPLATE_DIR to "" (their runtime directory's, as a lone user's)."""
     from jupyter_hvd import state
     from jupyter_hvd.kernel.errors import PoolError
